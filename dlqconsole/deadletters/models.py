@@ -1,0 +1,248 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class DeathReason(models.TextChoices):
+    """Why RabbitMQ dead-lettered the message (the `reason` of the newest x-death entry)."""
+
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired (TTL)"
+    MAXLEN = "maxlen", "Queue length limit"
+    DELIVERY_LIMIT = "delivery_limit", "Delivery limit"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class FailureReason(models.TextChoices):
+    """What went wrong, classified from the error headers; falls back to the broker's death reason."""
+
+    TIMEOUT = "TIMEOUT", "Timeout"
+    NETWORK_ERROR = "NETWORK_ERROR", "Network error"
+    RATE_LIMITED = "RATE_LIMITED", "Rate limited"
+    VALIDATION_FAILED = "VALIDATION_FAILED", "Validation failed"
+    AUTH = "AUTH", "Authentication / authorisation"
+    NOT_FOUND = "NOT_FOUND", "Not found"
+    CONFLICT = "CONFLICT", "Conflict"
+    INTERNAL = "INTERNAL", "Internal error"
+    EXPIRED = "EXPIRED", "Expired (TTL)"
+    MAXLEN = "MAXLEN", "Queue overflow"
+    DELIVERY_LIMIT = "DELIVERY_LIMIT", "Delivery limit reached"
+    REJECTED = "REJECTED", "Rejected"
+    UNKNOWN = "UNKNOWN", "Unknown"
+
+
+# Reasons that will not go away by themselves: never retried automatically.
+PERMANENT_REASONS = frozenset(
+    {
+        FailureReason.VALIDATION_FAILED,
+        FailureReason.AUTH,
+        FailureReason.NOT_FOUND,
+        FailureReason.CONFLICT,
+    }
+)
+
+
+class DeadLetterStatus(models.TextChoices):
+    PARKED = "parked", "Parked"
+    SCHEDULED = "scheduled", "Scheduled for retry"
+    REPLAYING = "replaying", "Replaying"
+    REPLAYED = "replayed", "Replayed"
+    MOVED = "moved", "Moved"
+    ARCHIVED = "archived", "Archived"
+    FAILED = "failed", "Replay failed"
+
+
+class PatternStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    RESOLVED = "resolved", "Resolved"
+    IGNORED = "ignored", "Ignored"
+
+
+class FailurePatternQuerySet(models.QuerySet["FailurePattern"]):
+    def active(self) -> FailurePatternQuerySet:
+        """Patterns that were not absorbed into another one by a merge."""
+        return self.filter(merged_into__isnull=True)
+
+    def alerting(self) -> FailurePatternQuerySet:
+        return self.active().exclude(status=PatternStatus.IGNORED)
+
+
+class FailurePattern(models.Model):
+    """A group of dead letters that share one cause."""
+
+    # A stable hash of (error type, masked message); the same in every process and across restarts.
+    key = models.CharField(max_length=64, unique=True)
+    template = models.TextField()
+    error_type = models.CharField(max_length=255, blank=True)
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, default=FailureReason.UNKNOWN)
+    transient = models.BooleanField(default=True)
+    # Every dead letter ever grouped here (survives replays and purges); current counts live in DeadLetterCount.
+    total_count = models.BigIntegerField(default=0)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=16, choices=PatternStatus.choices, default=PatternStatus.OPEN)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    # Set when an operator (or the automatic merge) folds this pattern into another one; new arrivals whose
+    # fingerprint is this key are then filed under the target, so the decision sticks.
+    merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="absorbed")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = FailurePatternQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # Patterns page and dashboard: most recent activity first.
+            models.Index(fields=["-last_seen_at"], name="pattern_last_seen"),
+            # Triage filters and the "patterns by status" metric.
+            models.Index(fields=["status", "-last_seen_at"], name="pattern_status_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return self.template[:120]
+
+
+class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
+    def parked(self) -> DeadLetterQuerySet:
+        return self.filter(status=DeadLetterStatus.PARKED)
+
+    def visible(self) -> DeadLetterQuerySet:
+        """What default views show: archived dead letters are hidden until restored."""
+        return self.exclude(status=DeadLetterStatus.ARCHIVED)
+
+    def in_queue(self, name: str) -> DeadLetterQuerySet:
+        return self.filter(source_queue=name)
+
+
+class DeadLetter(models.Model):
+    """One dead-lettered message, exactly as the broker delivered it, plus what we parsed out of it."""
+
+    # Identity: a hash of the message id (or the body and properties when there is none) and the death history,
+    # so a redelivered copy of the same dead letter is one row while the same message dying again is another.
+    dedupe_key = models.CharField(max_length=64, unique=True)
+    source_queue = models.CharField(max_length=255)
+    original_queue = models.CharField(max_length=255, blank=True)
+    original_exchange = models.CharField(max_length=255, blank=True)
+    original_routing_keys = models.JSONField(default=list)
+    death_reason = models.CharField(max_length=16, choices=DeathReason.choices, default=DeathReason.UNKNOWN)
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, default=FailureReason.UNKNOWN)
+    transient = models.BooleanField(default=True)
+    error_type = models.CharField(max_length=255, blank=True)
+    error_message = models.TextField(blank=True)
+    stack_trace = models.TextField(blank=True)
+    attempt_count = models.IntegerField(default=1)
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    ingested_at = models.DateTimeField(default=timezone.now)
+    host = models.CharField(max_length=255, blank=True)
+    app_version = models.CharField(max_length=64, blank=True)
+    message_id = models.CharField(max_length=255, blank=True)
+    correlation_id = models.CharField(max_length=255, blank=True)
+    priority = models.SmallIntegerField(null=True, blank=True)
+    content_type = models.CharField(max_length=255, blank=True)
+    content_encoding = models.CharField(max_length=255, blank=True)
+    task_name = models.CharField(max_length=255, blank=True)
+    task_id = models.CharField(max_length=255, blank=True)
+    task_retries = models.IntegerField(null=True, blank=True)
+    # Headers and properties in the lossless tagged JSON of core.jsonsafe (bytes, timestamps, decimals survive).
+    headers = models.JSONField(default=dict)
+    properties = models.JSONField(default=dict)
+    x_death = models.JSONField(default=list)
+    body = models.BinaryField()
+    body_size = models.IntegerField(default=0)
+    # Problems met while parsing the envelope; the message is stored all the same.
+    parse_errors = models.JSONField(default=list)
+    fingerprint = models.CharField(max_length=64)
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="dead_letters")
+    status = models.CharField(max_length=16, choices=DeadLetterStatus.choices, default=DeadLetterStatus.PARKED)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    replay_count = models.IntegerField(default=0)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    retry_exhausted = models.BooleanField(default=False)
+    # A replayed message that dies again is a new row linked to the record it was replayed from.
+    previous = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="boomerangs")
+    # Edit-and-retry keeps the original and links the edited copy to it.
+    edited_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="edits")
+
+    objects = DeadLetterQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # Messages page, unfiltered: keyset pagination newest first.
+            models.Index(fields=["status", "-id"], name="deadletter_status_id"),
+            # Messages filtered by queue, and the per-queue oldest / newest parked letter.
+            models.Index(fields=["source_queue", "status", "-id"], name="deadletter_queue_status_id"),
+            # Pattern drill-down and bulk retry of a pattern.
+            models.Index(fields=["pattern", "status", "-id"], name="deadletter_pattern_status_id"),
+            # Filter by failure reason.
+            models.Index(fields=["failure_reason", "status", "-id"], name="deadletter_reason_status_id"),
+            # Age of the oldest parked dead letter (metrics, alerts) and time-range filters.
+            models.Index(fields=["status", "ingested_at"], name="deadletter_status_ingested"),
+            # Automatic retries: due dead letters.
+            models.Index(
+                fields=["next_retry_at"],
+                name="deadletter_due_retry",
+                condition=models.Q(status="scheduled"),
+            ),
+            # Lookups by message id (filters, boomerang linking).
+            models.Index(fields=["message_id"], name="deadletter_message_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_queue} #{self.pk}"
+
+
+class DeadLetterCount(models.Model):
+    """How many dead letters sit in each (queue, pattern, reason, status) cell.
+
+    Kept up to date by every write that adds dead letters or changes their status, so pages, alerts and
+    metrics read a few hundred small rows instead of counting millions.
+    """
+
+    source_queue = models.CharField(max_length=255)
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.CASCADE, related_name="counts")
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices)
+    status = models.CharField(max_length=16, choices=DeadLetterStatus.choices)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_queue", "pattern", "failure_reason", "status"], name="deadletter_count_cell"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_queue} {self.status} {self.failure_reason}: {self.count}"
+
+
+class PatternEvent(models.Model):
+    """History of a pattern: triage status changes, merges, splits, reopenings."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Created"
+        STATUS = "status", "Status changed"
+        REOPENED = "reopened", "Reopened"
+        MERGED = "merged", "Merged"
+        SPLIT = "split", "Split"
+        NOTE = "note", "Note / owner changed"
+
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16, blank=True)
+    detail = models.TextField(blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.from_status}->{self.to_status}"

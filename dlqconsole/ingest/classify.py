@@ -1,0 +1,94 @@
+"""Classify an error into a failure reason from its type and message.
+
+The rules are ordered: the first that matches wins. Types are matched on their last dotted component
+(`requests.exceptions.ReadTimeout` -> `ReadTimeout`), messages on words, so the same rules cover Python, Java,
+Go and Node errors. Returns None when nothing is known, and the caller falls back to the broker's reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dlqconsole.deadletters.models import FailureReason
+
+RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
+    (
+        FailureReason.RATE_LIMITED,
+        re.compile(r"RateLimit|Throttl|TooManyRequests|QuotaExceeded", re.I),
+        re.compile(r"rate.?limit|too many requests|\b429\b|throttl|quota exceeded|slow down", re.I),
+    ),
+    (
+        FailureReason.TIMEOUT,
+        re.compile(r"Timeout|TimedOut|DeadlineExceeded|SocketTimeout", re.I),
+        re.compile(r"timed? ?out|timeout|deadline exceeded|\b504\b|took too long", re.I),
+    ),
+    (
+        FailureReason.NETWORK_ERROR,
+        re.compile(r"Connection|Network|Socket|Unreachable|EOF|BrokenPipe|DNS|Resolve|SSL|ECONN|Unavailable", re.I),
+        re.compile(
+            r"connection (reset|refused|aborted|closed|error)|network|unreachable|broken pipe|ECONNRESET|"
+            r"ECONNREFUSED|EHOSTUNREACH|ENOTFOUND|name or service not known|getaddrinfo|no route to host|"
+            r"\b50[23]\b|service unavailable|bad gateway|ssl|eof occurred|socket",
+            re.I,
+        ),
+    ),
+    (
+        FailureReason.AUTH,
+        re.compile(r"Auth|Permission|Forbidden|AccessDenied|Unauthori[sz]ed|Credential|Token", re.I),
+        re.compile(
+            r"unauthori[sz]ed|forbidden|access denied|permission denied|\b40[13]\b|invalid token|token expired|"
+            r"authentication failed|invalid credentials|not authori[sz]ed",
+            re.I,
+        ),
+    ),
+    (
+        FailureReason.NOT_FOUND,
+        re.compile(r"NotFound|DoesNotExist|NoSuch|Missing|KeyError|LookupError|FileNotFound", re.I),
+        re.compile(r"not found|does not exist|no such|\b404\b|unknown (id|user|order|key)|missing", re.I),
+    ),
+    (
+        FailureReason.CONFLICT,
+        re.compile(r"Conflict|Duplicate|IntegrityError|UniqueViolation|AlreadyExists|OptimisticLock|Concurren", re.I),
+        re.compile(
+            r"conflict|duplicate|already exists|unique constraint|\b409\b|version mismatch|optimistic lock|"
+            r"deadlock",
+            re.I,
+        ),
+    ),
+    (
+        FailureReason.VALIDATION_FAILED,
+        re.compile(
+            r"Validation|Invalid|ValueError|TypeError|Schema|Parse|Decode|Malformed|Format|Constraint|"
+            r"IllegalArgument|BadRequest|Unprocessable|JSON",
+            re.I,
+        ),
+        re.compile(
+            r"validat|invalid|required|must be|malformed|cannot parse|could not parse|unexpected token|\b400\b|"
+            r"\b422\b|bad request|schema|not a valid|out of range|too long|expected",
+            re.I,
+        ),
+    ),
+    (
+        FailureReason.INTERNAL,
+        re.compile(r"Error|Exception|Panic|Fault", re.I),
+        re.compile(r"internal server error|\b500\b|panic|null ?pointer|segmentation|assert", re.I),
+    ),
+]
+
+
+def classify(*, error_type: str, message: str, stack_trace: str = "") -> FailureReason | None:
+    if not error_type and not message and not stack_trace:
+        return None
+    short_type = error_type.rsplit(".", 1)[-1].rsplit("$", 1)[-1]
+    head = message[:2000]
+    # The type is the stronger signal ("ValidationError: connection field missing" is a validation error);
+    # INTERNAL is only a type-level catch-all, so try the specific rules on the type first, then on the text.
+    for reason, type_pattern, _ in RULES[:-1]:
+        if short_type and type_pattern.search(short_type):
+            return reason
+    for reason, _, message_pattern in RULES:
+        if message_pattern.search(head):
+            return reason
+    if short_type or stack_trace:
+        return FailureReason.INTERNAL
+    return FailureReason.INTERNAL if head else None

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class WatchedQueue(models.Model):
+    """A work queue and its dead-letter queue, as declared by `declare_topology` (or added in the admin).
+
+    consume_dlq drains every watched DLQ when neither --queues nor DLQ_QUEUES names the queues, and the
+    queue-depth sampler watches the work queue for backpressure.
+    """
+
+    class Kind(models.TextChoices):
+        CLASSIC = "classic", "Classic"
+        QUORUM = "quorum", "Quorum"
+
+    name = models.CharField(max_length=255, unique=True)
+    dead_letter_queue = models.CharField(max_length=255, unique=True)
+    dead_letter_exchange = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CLASSIC)
+    arguments = models.JSONField(default=dict, blank=True)
+    # Depth thresholds for the backpressure level of the work queue.
+    warning_depth = models.IntegerField(default=50)
+    critical_depth = models.IntegerField(default=200)
+    emergency_depth = models.IntegerField(default=500)
+    enabled = models.BooleanField(default=True)
+    declared_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.dead_letter_queue}"

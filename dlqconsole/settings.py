@@ -1,0 +1,233 @@
+"""Settings for dlqconsole. Every deploy-specific value comes from the environment (see .env.example)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
+
+from dlqconsole.core.env import env_bool, env_float, env_int, env_list, env_str
+
+# Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("DLQ_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("DLQ_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set")
+    # A laptop default so that runserver and the tests work; deployments set SECRET_KEY.
+    SECRET_KEY = "dev-insecure-dlqconsole-secret-key-change-me-0123456789"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "django_prometheus",
+    "dlqconsole.accounts",
+    "dlqconsole.deadletters",
+    "dlqconsole.ingest",
+    "dlqconsole.operations",
+    "dlqconsole.alerts",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "dlqconsole.urls"
+WSGI_APPLICATION = "dlqconsole.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "dlqconsole.accounts.context_processors.roles",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'dlqconsole.sqlite3'}"),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL and a busy timeout let the web process, the consumer and the worker share one SQLite file.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "deadletters:dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+MEDIA_ROOT = VAR_DIR / "media"
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Broker and background work.
+AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
+REDIS_URL = env_str("REDIS_URL", "")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", AMQP_URL)
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "dlqconsole")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+
+# Dead-letter queues drained by consume_dlq when --queues is not given.
+DLQ_QUEUES = env_list("DLQ_QUEUES", [])
+DLQ_CONSUMER_PREFETCH = env_int("DLQ_CONSUMER_PREFETCH", 1000, minimum=1)
+DLQ_CONSUMER_BATCH_SIZE = env_int("DLQ_CONSUMER_BATCH_SIZE", 500, minimum=1)
+DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimum=0.0)
+# Bodies larger than this are stored whole all the same (nothing is lost); the limit only marks them as large
+# so pages show a preview instead of rendering megabytes.
+DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024)
+DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1)
+
+# Application headers (matched without regard to case) read for the error type, message, stack trace, host
+# and version, in order of preference.
+# A deployment whose services use other names lists them here (comma-separated in the environment).
+DLQ_ERROR_TYPE_HEADERS = env_list(
+    "DLQ_ERROR_TYPE_HEADERS",
+    [
+        "x-exception-type",
+        "x-exception-class",
+        "exception-type",
+        "x-error-type",
+        "error-type",
+        "exception_type",
+        "mt-fault-exceptiontype",
+        "nservicebus.exceptioninfo.exceptiontype",
+    ],
+)
+DLQ_ERROR_MESSAGE_HEADERS = env_list(
+    "DLQ_ERROR_MESSAGE_HEADERS",
+    [
+        "x-exception-message",
+        "exception-message",
+        "x-error-message",
+        "error-message",
+        "x-error",
+        "error",
+        "exception_message",
+        "mt-fault-message",
+        "nservicebus.exceptioninfo.message",
+    ],
+)
+DLQ_STACK_TRACE_HEADERS = env_list(
+    "DLQ_STACK_TRACE_HEADERS",
+    [
+        "x-exception-stacktrace",
+        "x-exception-stack-trace",
+        "x-stack-trace",
+        "x-traceback",
+        "stacktrace",
+        "traceback",
+        "mt-fault-stacktrace",
+        "nservicebus.exceptioninfo.stacktrace",
+    ],
+)
+DLQ_HOST_HEADERS = env_list(
+    "DLQ_HOST_HEADERS",
+    [
+        "x-host",
+        "x-processing-host",
+        "x-origin-host",
+        "hostname",
+        "host",
+        "mt-host-machinename",
+        "nservicebus.processingmachine",
+    ],
+)
+DLQ_VERSION_HEADERS = env_list(
+    "DLQ_VERSION_HEADERS",
+    [
+        "x-app-version",
+        "app-version",
+        "x-agent-version",
+        "x-service-version",
+        "mt-host-assembly-version",
+        "nservicebus.version",
+    ],
+)
+# Headers our replays add (they must not start with "x-", see DESIGN.md): how often the message was replayed,
+# and the id of the dead letter it was replayed from, so a boomerang links to its first record.
+DLQ_REPLAY_COUNT_HEADER = env_str("DLQ_REPLAY_COUNT_HEADER", "dlq-replay-count")
+DLQ_REPLAYED_FROM_HEADER = env_str("DLQ_REPLAYED_FROM_HEADER", "dlq-replayed-from")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"pika": {"level": "WARNING"}},
+}
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "dlqconsole@localhost")

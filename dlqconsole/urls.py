@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from dlqconsole.views import healthz, metrics
+
+urlpatterns = [
+    path("", include("dlqconsole.deadletters.urls")),
+    path("operations/", include("dlqconsole.operations.urls")),
+    path("alerts/", include("dlqconsole.alerts.urls")),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="prometheus-django-metrics"),
+]

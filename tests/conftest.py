@@ -1,0 +1,69 @@
+"""The shared test world: users with each role, and RabbitMQ queues that clean up after themselves."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+
+from dlqconsole.core.amqp import connect
+
+
+def _user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
+    if role is not None:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return _user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def operator(db: None) -> User:
+    return _user("otto-operator", "operator")
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    return _user("ada-admin", "admin")
+
+
+@pytest.fixture
+def amqp_connection() -> Iterator[pika.BlockingConnection]:
+    connection = connect(settings.AMQP_URL)
+    yield connection
+    if connection.is_open:
+        connection.close()
+
+
+@pytest.fixture
+def amqp_channel(amqp_connection: pika.BlockingConnection) -> pika.adapters.blocking_connection.BlockingChannel:
+    return amqp_connection.channel()
+
+
+@pytest.fixture
+def queue_name() -> Iterator[Callable[[str], str]]:
+    """Makes unique queue names for one test and deletes every queue (and exchange) named so afterwards."""
+    made: list[str] = []
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+
+    def make(base: str) -> str:
+        name = f"{prefix}.{base}"
+        made.append(name)
+        return name
+
+    yield make
+    connection = connect(settings.AMQP_URL)
+    channel = connection.channel()
+    for name in made:
+        for suffix in ("", ".dlq"):
+            channel.queue_delete(queue=name + suffix)
+        channel.exchange_delete(exchange=name + ".dlx")
+    connection.close()
