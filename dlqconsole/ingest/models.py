@@ -32,3 +32,22 @@ class WatchedQueue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} -> {self.dead_letter_queue}"
+
+
+class QueueSample(models.Model):
+    """Depth and consumer count of a watched queue at one moment: growth rates, charts, backpressure."""
+
+    queue = models.CharField(max_length=255)
+    messages = models.BigIntegerField()
+    consumers = models.IntegerField()
+    sampled_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Charts and growth rates: one queue's samples over a window; retention deletes by time.
+            models.Index(fields=["queue", "-sampled_at"], name="queuesample_queue_time"),
+            models.Index(fields=["sampled_at"], name="queuesample_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.messages} at {self.sampled_at:%H:%M:%S}"
