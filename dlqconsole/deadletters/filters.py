@@ -1,0 +1,180 @@
+"""The one filter language for dead letters, shared by the messages page, operations, the admin and the CLI.
+
+A filter is a plain dict of strings and lists (so it can be stored on an Operation, put in a URL and written to
+the audit log). `DeadLetterFilter.from_querydict` and `from_options` parse it strictly; `apply` turns it into a
+queryset. Bad values raise FilterError with a message fit for the user.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db.models import Q
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
+
+RELATIVE = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
+UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+MAX_IDS = 10000
+
+
+class FilterError(ValueError):
+    pass
+
+
+@dataclass
+class DeadLetterFilter:
+    pattern: list[int] = field(default_factory=list)
+    queue: list[str] = field(default_factory=list)
+    reason: list[str] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    error_type: str = ""
+    since: str = ""
+    until: str = ""
+    priority: str = ""
+    message_id: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    host: str = ""
+    version: str = ""
+    text: str = ""
+    payload: str = ""
+
+    FIELDS = (
+        "pattern",
+        "queue",
+        "reason",
+        "status",
+        "error_type",
+        "since",
+        "until",
+        "priority",
+        "message_id",
+        "ids",
+        "host",
+        "version",
+        "text",
+        "payload",
+    )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeadLetterFilter:
+        """From a stored filter, or a mapping where list fields may be lists or single values."""
+        values: dict[str, Any] = {}
+        for name in cls.FIELDS:
+            raw = data.get(name)
+            if raw in (None, "", []):
+                continue
+            default = getattr(cls(), name)
+            if isinstance(default, list):
+                items = raw if isinstance(raw, list | tuple) else [raw]
+                values[name] = [item for item in items if item not in (None, "")]
+            else:
+                values[name] = str(raw).strip()
+        found = cls(**values)
+        found.validate()
+        return found
+
+    @classmethod
+    def from_querydict(cls, query: QueryDict) -> DeadLetterFilter:
+        data: dict[str, Any] = {}
+        for name in cls.FIELDS:
+            if isinstance(getattr(cls(), name), list):
+                # Accept both ?queue=a&queue=b and ?queue=a,b
+                data[name] = [part.strip() for value in query.getlist(name) for part in value.split(",")]
+            else:
+                data[name] = query.get(name, "")
+        return cls.from_dict(data)
+
+    def validate(self) -> None:
+        try:
+            self.pattern = [int(value) for value in self.pattern]
+            self.ids = [int(value) for value in self.ids]
+        except (TypeError, ValueError):
+            raise FilterError("pattern and ids must be whole numbers") from None
+        if len(self.ids) > MAX_IDS or len(self.message_id) > MAX_IDS:
+            raise FilterError(f"at most {MAX_IDS} ids in one filter; use another filter for more")
+        self.queue = [str(value) for value in self.queue]
+        self.message_id = [str(value) for value in self.message_id]
+        reasons = set(FailureReason.values)
+        self.reason = [str(value).upper() for value in self.reason]
+        unknown = [value for value in self.reason if value not in reasons]
+        if unknown:
+            raise FilterError(f"unknown reason {unknown[0]!r}; one of {', '.join(sorted(reasons))}")
+        statuses = set(DeadLetterStatus.values)
+        self.status = [str(value).lower() for value in self.status]
+        unknown = [value for value in self.status if value not in statuses]
+        if unknown:
+            raise FilterError(f"unknown status {unknown[0]!r}; one of {', '.join(sorted(statuses))}")
+        if self.priority and not re.fullmatch(r"\d{1,3}(-\d{1,3})?", self.priority):
+            raise FilterError("priority must be a number or a range like 5-9")
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value:
+                parse_moment(value, name=name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only the fields in use: compact in URLs, operations and the audit log."""
+        return {name: value for name, value in asdict(self).items() if value not in ("", [])}
+
+    def is_empty(self) -> bool:
+        return not self.to_dict()
+
+    def apply(self, queryset: DeadLetterQuerySet | None = None) -> DeadLetterQuerySet:
+        """The dead letters matching this filter. Without a status filter, archived ones are left out."""
+        found = queryset if queryset is not None else DeadLetter.objects.all()
+        found = found.filter(status__in=self.status) if self.status else found.visible()
+        if self.pattern:
+            found = found.filter(pattern_id__in=self.pattern)
+        if self.queue:
+            found = found.filter(Q(source_queue__in=self.queue) | Q(original_queue__in=self.queue))
+        if self.reason:
+            found = found.filter(failure_reason__in=self.reason)
+        if self.error_type:
+            found = found.filter(error_type=self.error_type)
+        if self.since:
+            found = found.filter(ingested_at__gte=parse_moment(self.since, name="since"))
+        if self.until:
+            found = found.filter(ingested_at__lt=parse_moment(self.until, name="until"))
+        if self.priority:
+            low, _, high = self.priority.partition("-")
+            found = found.filter(priority__gte=int(low), priority__lte=int(high or low))
+        if self.message_id:
+            found = found.filter(message_id__in=self.message_id)
+        if self.ids:
+            found = found.filter(pk__in=self.ids)
+        if self.host:
+            found = found.filter(host=self.host)
+        if self.version:
+            found = found.filter(app_version=self.version)
+        if self.text:
+            found = found.filter(Q(error_message__icontains=self.text) | Q(error_type__icontains=self.text))
+        if self.payload:
+            # Bodies are bytes; search the UTF-8 form of the text. Fine for filters, slow on huge sets by nature.
+            found = found.filter(body__contains=self.payload.encode())  # type: ignore[misc]
+        return found
+
+
+def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt.datetime:
+    """An ISO date or datetime, or a relative age like 15m, 2h, 7d (that long ago)."""
+    now = now or timezone.now()
+    text = value.strip()
+    relative = RELATIVE.match(text)
+    if relative:
+        amount, unit = relative.groups()
+        return now - dt.timedelta(**{UNITS[unit]: int(amount)})
+    moment = parse_datetime(text)
+    if moment is None:
+        day = parse_date(text)
+        if day is not None:
+            moment = dt.datetime.combine(day, dt.time.min)
+    if moment is None:
+        raise FilterError(f"{name} must be an ISO date/time or an age like 30m, 2h, 7d; not {value!r}")
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, dt.UTC)
+    return moment
