@@ -181,7 +181,8 @@ class RateLimiter(ABC):
     ) -> Grant:
         """Take as many of `wanted` tokens as fall due within `horizon` seconds (possibly none); never blocks.
 
-        The tokens are taken at once, with the times they may be used: pace them with `Grant.sleep_until`.
+        The tokens are taken at once, with the times they may be used: pace them with `Grant.sleep_until`. When
+        none is granted, the next falls due within the horizon after `grant.due(0) - horizon` seconds.
         `now` replaces the limiter's clock (tests only).
         """
         count, start, clock = self._take(key, rate, _positive(wanted), _horizon(horizon), whole=False, now=now)
