@@ -3,8 +3,13 @@
 pika decodes field tables into str, bytes, int, float, bool, None, Decimal, datetime, lists and dicts.
 JSON (and PostgreSQL's jsonb, which also refuses NUL characters) cannot hold all of them, so values that JSON
 cannot carry as is are tagged: {"$bytes": base64}, {"$str": base64 of UTF-8} for text containing NUL,
-{"$ts": epoch seconds}, {"$dec": "1.50"}, and {"$map": [[key, value], ...]} for a table whose keys would be
-mistaken for a tag or contain NUL. `decode` turns the tagged form back into the values pika publishes.
+{"$ts": epoch seconds}, {"$dec": "1.50"}, {"$float": "nan"} for non-finite floats, and
+{"$map": [[key, value], ...]} for a table whose keys would be mistaken for a tag, contain NUL or are not text.
+`decode` turns the tagged form back into the values pika publishes.
+
+`encode` never raises on what a broker can deliver; when it has to give something up (a table nested deeper
+than `max_depth`, a value of a type it does not know) it keeps a readable form and, when given a `problems`
+list, says so there.
 """
 
 from __future__ import annotations
@@ -18,43 +23,91 @@ from typing import Any
 TAGS = frozenset({"$bytes", "$str", "$ts", "$dec", "$map", "$float"})
 
 
-def encode(value: Any, *, depth: int = 0, max_depth: int = 64) -> Any:
-    if depth > max_depth:
-        # A hostile, absurdly deep table: keep what we can show rather than recursing without end.
-        return {"$str": base64.b64encode(repr(value)[:10000].encode()).decode()}
-    if value is None or isinstance(value, bool | int):
+class RawTimestamp(int):
+    """An AMQP timestamp (seconds since the epoch) that Python's datetime cannot represent (beyond year 9999)."""
+
+
+class UndecodableField(bytes):
+    """The raw bytes of a field-table entry the AMQP decoder could not read (an unknown field type)."""
+
+
+def encode(value: Any, *, depth: int = 0, max_depth: int = 64, problems: list[str] | None = None) -> Any:
+    kind = type(value)
+    # The common types first: this runs for every header value of every ingested message.
+    if kind is str:
+        if "\x00" in value:
+            return {"$str": base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
+        if value.isascii() or not _has_surrogates(value):
+            return value
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if value is None or kind is int or kind is bool:
         return value
+    if kind is dict:
+        return _encode_table(value, depth=depth, max_depth=max_depth, problems=problems)
+    if kind is list or kind is tuple:
+        if depth >= max_depth:
+            return _too_deep(value, problems)
+        return [encode(item, depth=depth + 1, max_depth=max_depth, problems=problems) for item in value]
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return {"$ts": int(aware.timestamp())}
+    if isinstance(value, RawTimestamp):
+        if problems is not None:
+            problems.append(f"timestamp {int(value)} is beyond the year 9999; kept as a number")
+        return {"$ts": int(value)}
+    if isinstance(value, UndecodableField):
+        if problems is not None:
+            problems.append(f"a header field of an unknown AMQP type could not be decoded; {len(value)} raw bytes kept")
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, bool | int):
+        return int(value) if not isinstance(value, bool) else value
     if isinstance(value, float):
         if math.isfinite(value):
             return value
         return {"$float": repr(value)}
     if isinstance(value, str):
-        if "\x00" in value:
-            return {"$str": base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if _has_surrogates(value) else value
+        return encode(str(value), depth=depth, max_depth=max_depth, problems=problems)
     if isinstance(value, bytes | bytearray | memoryview):
         return {"$bytes": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        return {"$ts": int(aware.timestamp())}
     if isinstance(value, Decimal):
         return {"$dec": str(value)}
-    if isinstance(value, list | tuple):
-        return [encode(item, depth=depth + 1, max_depth=max_depth) for item in value]
     if isinstance(value, dict):
-        keys = [_key_text(key) for key in value]
-        if any(key in TAGS or "\x00" in key for key in keys):
-            return {
-                "$map": [
-                    [encode(key), encode(item, depth=depth + 1, max_depth=max_depth)]
-                    for key, item in zip(keys, value.values(), strict=True)
-                ]
-            }
+        return _encode_table(dict(value), depth=depth, max_depth=max_depth, problems=problems)
+    if isinstance(value, list | tuple):
+        return encode(list(value), depth=depth, max_depth=max_depth, problems=problems)
+    if problems is not None:
+        problems.append(f"a value of type {type(value).__name__} was stored as its text")
+    return {"$str": base64.b64encode(repr(value)[:10000].encode("utf-8", "replace")).decode()}
+
+
+def _encode_table(value: dict[Any, Any], *, depth: int, max_depth: int, problems: list[str] | None) -> Any:
+    if depth >= max_depth:
+        return _too_deep(value, problems)
+    if all(type(key) is str and key not in TAGS and "\x00" not in key for key in value):
         return {
-            key: encode(item, depth=depth + 1, max_depth=max_depth)
-            for key, item in zip(keys, value.values(), strict=True)
+            key: encode(item, depth=depth + 1, max_depth=max_depth, problems=problems) for key, item in value.items()
         }
-    return {"$str": base64.b64encode(repr(value).encode()).decode()}
+    # Keys that are bytes (not UTF-8 on the wire), contain NUL or look like a tag: keep them exactly.
+    return {
+        "$map": [
+            [encode(key), encode(item, depth=depth + 1, max_depth=max_depth, problems=problems)]
+            for key, item in value.items()
+        ]
+    }
+
+
+def _too_deep(value: Any, problems: list[str] | None) -> Any:
+    # A hostile, absurdly deep table: keep a readable form rather than recursing without end.
+    if problems is not None:
+        problems.append("a header table is nested deeper than 64 levels; the deeper part is stored as text")
+    return {"$str": base64.b64encode(_short_repr(value).encode("utf-8", "replace")).decode()}
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        return repr(value)[:10000]
+    except RecursionError:
+        return "<too deeply nested to show>"
 
 
 def decode(value: Any) -> Any:
@@ -69,13 +122,16 @@ def decode(value: Any) -> Any:
         if tag == "$str":
             return base64.b64decode(inner).decode("utf-8", "surrogatepass")
         if tag == "$ts":
-            return dt.datetime.fromtimestamp(inner, tz=dt.UTC)
+            try:
+                return dt.datetime.fromtimestamp(inner, tz=dt.UTC)
+            except (OverflowError, OSError, ValueError):
+                return RawTimestamp(inner)
         if tag == "$dec":
             return Decimal(inner)
         if tag == "$float":
             return float(inner)
         if tag == "$map":
-            return {decode(key): decode(item) for key, item in inner}
+            return {_hashable(decode(key)): decode(item) for key, item in inner}
     return {key: decode(item) for key, item in value.items()}
 
 
@@ -91,10 +147,9 @@ def to_text(value: Any, *, limit: int = 10000) -> str:
     return str(value)[:limit]
 
 
-def _key_text(key: Any) -> str:
-    if isinstance(key, bytes):
-        return key.decode("utf-8", "replace")
-    return str(key)
+def _hashable(key: Any) -> Any:
+    # A key stored as a table or array (never written by us, but the stored JSON may have been edited).
+    return key if isinstance(key, str | bytes | int | float | bool | None) else repr(key)
 
 
 def _has_surrogates(value: str) -> bool:

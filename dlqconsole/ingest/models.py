@@ -51,3 +51,28 @@ class QueueSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.messages} at {self.sampled_at:%H:%M:%S}"
+
+
+class IngestStat(models.Model):
+    """Running ingest totals of one source (dead-letter) queue, for /metrics and the dashboard.
+
+    consume_dlq adds each batch in the batch's own transaction, so the totals are exact across restarts and
+    across several consumer processes, and the web process can read them (it cannot see a consumer's memory).
+    """
+
+    source_queue = models.CharField(max_length=255, unique=True)
+    # Deliveries taken from the queue and committed (including redelivered copies).
+    received = models.BigIntegerField(default=0)
+    # New DeadLetter rows; received - inserted = duplicates (redeliveries after a crash, at-least-once copies).
+    inserted = models.BigIntegerField(default=0)
+    duplicates = models.BigIntegerField(default=0)
+    # Inserted rows whose envelope had parse problems (DeadLetter.parse_errors not empty).
+    malformed = models.BigIntegerField(default=0)
+    batches = models.BigIntegerField(default=0)
+    last_batch_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["source_queue"]
+
+    def __str__(self) -> str:
+        return f"{self.source_queue}: {self.inserted} inserted, {self.duplicates} duplicates"

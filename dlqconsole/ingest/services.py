@@ -1,8 +1,16 @@
-"""Write parsed dead letters to the database: idempotent, one transaction per batch, counters kept exact."""
+"""Write parsed dead letters to the database: idempotent, one transaction per batch, counters kept exact.
+
+Concurrency: several consume_dlq processes may ingest into the same tables at once. Inserts are idempotent
+through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
+counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
+then patterns by id, then ingest stats by queue), so two batches cannot deadlock on each other.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +29,9 @@ from dlqconsole.deadletters.models import (
     PatternStatus,
 )
 from dlqconsole.ingest.envelope import ParsedDeadLetter
+from dlqconsole.ingest.models import IngestStat
 
-# Columns written by ingest, in order; each maps to a ParsedDeadLetter attribute of the same name unless noted.
+# Columns written from each ParsedDeadLetter, in order. Every other column of DeadLetter gets its default.
 COLUMNS = (
     "dedupe_key",
     "source_queue",
@@ -78,43 +87,146 @@ class IngestResult:
 
 def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None = None) -> IngestResult:
     """Store a batch of dead letters in one transaction. Duplicates (same dedupe key) are skipped, so a batch
-    redelivered after a crash between commit and ack changes nothing."""
+    redelivered after a crash between commit and ack changes nothing but the duplicate counter.
+
+    Also adds the batch to the per-queue IngestStat totals (received, inserted, duplicates, malformed) in the
+    same transaction."""
     if not letters:
         return IngestResult(received=0, inserted=0)
     now = now or timezone.now()
-    # The same delivery twice in one batch would make the INSERT touch one key twice.
-    unique = list({letter.dedupe_key: letter for letter in letters}.values())
+    # The same delivery twice in one batch would make the INSERT touch one key twice; sorted so that
+    # concurrent batches wait for each other's keys in the same order.
+    unique = sorted({letter.dedupe_key: letter for letter in letters}.values(), key=lambda letter: letter.dedupe_key)
     with transaction.atomic():
         pattern_ids = assign_patterns(letters=unique, now=now)
-        inserted_keys = _insert(unique, pattern_ids=pattern_ids, now=now)
+        previous_ids = _replayed_from(unique)
+        if connection.vendor == "postgresql":
+            inserted_keys = _copy_insert(unique, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+        else:
+            inserted_keys = _insert(unique, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
         inserted = [letter for letter in unique if letter.dedupe_key in inserted_keys]
         _count_arrivals(inserted, pattern_ids=pattern_ids, now=now)
+        _add_stats(letters, inserted, now=now)
     return IngestResult(received=len(letters), inserted=len(inserted))
 
 
-def _insert(letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], now: dt.datetime) -> set[str]:
-    fields = {field.attname: field for field in DeadLetter._meta.concrete_fields}
-    previous_ids = _replayed_from(letters)
+def _row(
+    letter: ParsedDeadLetter, *, pattern_ids: dict[str, int], previous_ids: dict[str, int], now: dt.datetime
+) -> tuple[Any, ...]:
+    """One row in COLUMNS order, JSON columns as JSON text."""
+    return (
+        letter.dedupe_key,
+        letter.source_queue,
+        letter.original_queue,
+        letter.original_exchange,
+        json.dumps(letter.original_routing_keys),
+        letter.death_reason,
+        letter.failure_reason,
+        letter.transient,
+        letter.error_type,
+        letter.error_message,
+        letter.stack_trace,
+        letter.attempt_count,
+        letter.first_failed_at,
+        letter.last_failed_at,
+        now,
+        letter.host,
+        letter.app_version,
+        letter.message_id,
+        letter.correlation_id,
+        letter.priority,
+        letter.content_type,
+        letter.content_encoding,
+        letter.task_name,
+        letter.task_id,
+        letter.task_retries,
+        letter.headers_json or json.dumps(letter.headers),
+        letter.properties_json or json.dumps(letter.properties),
+        json.dumps(letter.x_death),
+        letter.body,
+        len(letter.body),
+        json.dumps(letter.parse_errors),
+        letter.fingerprint,
+        pattern_ids[letter.fingerprint],
+        DeadLetterStatus.PARKED.value,
+        now,
+        letter.replay_count,
+        False,
+        previous_ids.get(letter.dedupe_key),
+    )
+
+
+def _other_columns() -> list[tuple[str, Any]]:
+    """(column, default) of DeadLetter columns ingest does not fill itself, so a field added to the model
+    later gets its default rather than a NOT NULL violation here."""
+    written = set(COLUMNS)
+    return [
+        (str(model_field.column), model_field.get_db_prep_save(model_field.get_default(), connection))
+        for model_field in DeadLetter._meta.concrete_fields
+        if model_field.attname not in written and not model_field.primary_key
+    ]
+
+
+def _copy_insert(
+    letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], previous_ids: dict[str, int], now: dt.datetime
+) -> set[str]:
+    """PostgreSQL: COPY the rows into a session-local staging table, then move them in one INSERT ... SELECT
+    ... ON CONFLICT DO NOTHING. About twice as fast as multi-row INSERTs with bound parameters."""
+    fields = {model_field.attname: model_field for model_field in DeadLetter._meta.concrete_fields}
+    others = _other_columns()
+    columns = [str(fields[name].column) for name in COLUMNS] + [column for column, _ in others]
+    column_sql = ", ".join(columns)
     table = DeadLetter._meta.db_table
-    column_sql = ", ".join(str(fields[name].column) for name in COLUMNS)
-    row_sql = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+    # The staging table's name follows its columns, so a consumer still running across a migration that
+    # changed them does not copy into a stale shape.
+    stage = "dlq_ingest_stage_" + hashlib.sha1(column_sql.encode(), usedforsecurity=False).hexdigest()[:12]
+    extra = tuple(value for _, value in others)
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {column_sql} FROM {table} WITH NO DATA"
+        )
+        # Normally empty (ON COMMIT DELETE ROWS); not so when one transaction ingests two batches.
+        cursor.execute(f"DELETE FROM {stage}")
+        raw = cursor.cursor
+        with raw.copy(f"COPY {stage} ({column_sql}) FROM STDIN") as copy:
+            for letter in letters:
+                copy.write_row(_row(letter, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now) + extra)
+        cursor.execute(
+            f"INSERT INTO {table} ({column_sql}) SELECT {column_sql} FROM {stage} ORDER BY dedupe_key "
+            "ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key"
+        )
+        inserted = {str(row[0]) for row in cursor.fetchall()}
+    return inserted
+
+
+def _insert(
+    letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], previous_ids: dict[str, int], now: dt.datetime
+) -> set[str]:
+    """Any other database (SQLite): multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, values prepared by
+    the model fields so that the backend's own conversions apply."""
+    fields = {model_field.attname: model_field for model_field in DeadLetter._meta.concrete_fields}
+    others = _other_columns()
+    table = DeadLetter._meta.db_table
+    column_sql = ", ".join([str(fields[name].column) for name in COLUMNS] + [column for column, _ in others])
+    row_sql = "(" + ", ".join(["%s"] * (len(COLUMNS) + len(others))) + ")"
+    prepare = [fields[name] for name in COLUMNS]
+    json_columns = {"original_routing_keys", "headers", "properties", "x_death", "parse_errors"}
+    extra = [value for _, value in others]
     inserted: set[str] = set()
     with connection.cursor() as cursor:
         for start in range(0, len(letters), ROWS_PER_STATEMENT):
             chunk = letters[start : start + ROWS_PER_STATEMENT]
             params: list[Any] = []
             for letter in chunk:
-                values = {
-                    **{name: getattr(letter, name, None) for name in COLUMNS},
-                    "ingested_at": now,
-                    "body_size": len(letter.body),
-                    "pattern_id": pattern_ids[letter.fingerprint],
-                    "status": DeadLetterStatus.PARKED,
-                    "status_changed_at": now,
-                    "retry_exhausted": False,
-                    "previous_id": previous_ids.get(letter.dedupe_key),
-                }
-                params.extend(fields[name].get_db_prep_save(values[name], connection) for name in COLUMNS)
+                row = _row(letter, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+                for model_field, value in zip(prepare, row, strict=True):
+                    if model_field.attname in json_columns:
+                        # Already JSON text; SQLite stores JSON as text.
+                        params.append(value)
+                    else:
+                        params.append(model_field.get_db_prep_save(value, connection))
+                params.extend(extra)
             cursor.execute(
                 f"INSERT INTO {table} ({column_sql}) VALUES {', '.join([row_sql] * len(chunk))} "
                 "ON CONFLICT (dedupe_key) DO NOTHING RETURNING dedupe_key",
@@ -145,31 +257,69 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
     add_counts(
         [(queue, pattern_id, reason, DeadLetterStatus.PARKED, n) for (queue, pattern_id, reason), n in cells.items()]
     )
+    ids = sorted(per_pattern)
+    # Lock the patterns in id order first: the UPDATE below would lock them in whatever order its plan reads.
+    statuses = dict(
+        FailurePattern.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", "status")
+    )
     table = FailurePattern._meta.db_table
     with connection.cursor() as cursor:
-        for pattern_id, n in sorted(per_pattern.items()):
+        for start in range(0, len(ids), ROWS_PER_STATEMENT):
+            chunk = ids[start : start + ROWS_PER_STATEMENT]
+            cases = " ".join(["WHEN %s THEN %s"] * len(chunk))
             cursor.execute(
-                f"UPDATE {table} SET total_count = total_count + %s, last_seen_at = %s WHERE id = %s",
-                [n, now, pattern_id],
+                f"UPDATE {table} SET total_count = total_count + CASE id {cases} ELSE 0 END, last_seen_at = %s "
+                f"WHERE id IN ({', '.join(['%s'] * len(chunk))})",
+                [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
             )
-    reopen_patterns(pattern_ids=sorted(per_pattern), now=now)
+    _reopen(sorted(pk for pk, status in statuses.items() if status == PatternStatus.RESOLVED), now=now)
+
+
+def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
+    received: Counter[str] = Counter(letter.source_queue for letter in letters)
+    stored: Counter[str] = Counter(letter.source_queue for letter in inserted)
+    malformed: Counter[str] = Counter(letter.source_queue for letter in inserted if letter.parse_errors)
+    table = IngestStat._meta.db_table
+    with connection.cursor() as cursor:
+        for queue in sorted(received):
+            cursor.execute(
+                f"INSERT INTO {table} (source_queue, received, inserted, duplicates, malformed, batches, "
+                "last_batch_at) VALUES (%s, %s, %s, %s, %s, 1, %s) ON CONFLICT (source_queue) DO UPDATE SET "
+                f"received = {table}.received + excluded.received, inserted = {table}.inserted + excluded.inserted, "
+                f"duplicates = {table}.duplicates + excluded.duplicates, "
+                f"malformed = {table}.malformed + excluded.malformed, batches = {table}.batches + 1, "
+                "last_batch_at = excluded.last_batch_at",
+                [
+                    queue,
+                    received[queue],
+                    stored[queue],
+                    received[queue] - stored[queue],
+                    malformed[queue],
+                    IngestStat._meta.get_field("last_batch_at").get_db_prep_save(now, connection),
+                ],
+            )
 
 
 def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
     """Add (queue, pattern id, reason, status, delta) to the counters, creating cells as needed.
 
-    Sorted so that concurrent writers lock the cells in the same order and cannot deadlock.
-    """
+    One statement per few hundred cells, rows sorted so that concurrent writers lock the cells in the same
+    order and cannot deadlock. Deltas for the same cell are summed first (one statement cannot update a row
+    twice)."""
+    merged: Counter[tuple[str, int, str, str]] = Counter()
+    for queue, pattern_id, reason, status, delta in changes:
+        merged[(queue, pattern_id, str(reason), str(status))] += delta
+    cells = sorted((cell, delta) for cell, delta in merged.items() if delta != 0)
     table = DeadLetterCount._meta.db_table
     with connection.cursor() as cursor:
-        for queue, pattern_id, reason, status, delta in sorted(changes):
-            if delta == 0:
-                continue
+        for start in range(0, len(cells), ROWS_PER_STATEMENT):
+            chunk = cells[start : start + ROWS_PER_STATEMENT]
             cursor.execute(
-                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
+                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+                + " ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
                 f"DO UPDATE SET count = {table}.count + excluded.count",
-                [queue, pattern_id, reason, status, delta],
+                [value for cell, delta in chunk for value in (*cell, delta)],
             )
 
 
@@ -178,11 +328,16 @@ def reopen_patterns(*, pattern_ids: list[int], now: dt.datetime) -> None:
     reopened = list(
         FailurePattern.objects.select_for_update()
         .filter(pk__in=pattern_ids, status=PatternStatus.RESOLVED)
+        .order_by("pk")
         .values_list("pk", flat=True)
     )
-    if not reopened:
+    _reopen(reopened, now=now)
+
+
+def _reopen(pattern_ids: list[int], *, now: dt.datetime) -> None:
+    if not pattern_ids:
         return
-    FailurePattern.objects.filter(pk__in=reopened).update(status=PatternStatus.OPEN, status_changed_at=now)
+    FailurePattern.objects.filter(pk__in=pattern_ids).update(status=PatternStatus.OPEN, status_changed_at=now)
     PatternEvent.objects.bulk_create(
         PatternEvent(
             pattern_id=pattern_id,
@@ -192,5 +347,5 @@ def reopen_patterns(*, pattern_ids: list[int], now: dt.datetime) -> None:
             detail="A new dead letter arrived.",
             created_at=now,
         )
-        for pattern_id in reopened
+        for pattern_id in pattern_ids
     )
