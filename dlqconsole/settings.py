@@ -136,6 +136,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives.
+CELERY_BEAT_SCHEDULE |= {
+    "operations-sweep": {"task": "operations.sweep_operations", "schedule": 15.0},
+    "operations-schedule-retries": {"task": "operations.schedule_new_dead_letters", "schedule": 5.0},
+    "operations-due-retries": {"task": "operations.start_due_retries", "schedule": 10.0},
+    "operations-archive-retention": {"task": "operations.delete_expired_archives", "schedule": 3600.0},
+}
 
 # Dead-letter queues drained by consume_dlq when --queues is not given.
 DLQ_QUEUES = env_list("DLQ_QUEUES", [])
@@ -146,6 +153,16 @@ DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimu
 # so pages show a preview instead of rendering megabytes.
 DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024)
 DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1)
+# Operations (bulk retry / move / archive / restore / purge): dead letters per chunk (at most this many are in
+# flight, so at most this many can be published twice if a worker dies), unconfirmed publishes in the window,
+# seconds without a heartbeat before the sweeper hands an operation to another worker, failed publishes in a row
+# that trip the circuit breaker, and the share of replays coming back to a DLQ that pauses an operation.
+DLQ_OPERATION_CHUNK_SIZE = env_int("DLQ_OPERATION_CHUNK_SIZE", 1000, minimum=1)
+DLQ_PUBLISH_WINDOW = env_int("DLQ_PUBLISH_WINDOW", 1000, minimum=1)
+DLQ_OPERATION_STALE_SECONDS = env_int("DLQ_OPERATION_STALE_SECONDS", 60, minimum=1)
+DLQ_OPERATION_BREAKER_FAILURES = env_int("DLQ_OPERATION_BREAKER_FAILURES", 50, minimum=1)
+DLQ_OPERATION_MAX_RETURN_SHARE = env_float("DLQ_OPERATION_MAX_RETURN_SHARE", 0.2, minimum=0.0)
+DLQ_CANARY_WAIT_SECONDS = env_int("DLQ_CANARY_WAIT_SECONDS", 60, minimum=0)
 
 # Application headers (matched without regard to case) read for the error type, message, stack trace, host
 # and version, in order of preference.

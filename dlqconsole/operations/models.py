@@ -1,0 +1,315 @@
+"""Bulk recovery jobs (Operation, one OperationItem per dead letter) and automatic retry policies."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from dlqconsole.deadletters.models import (
+    PERMANENT_REASONS,
+    DeadLetter,
+    DeadLetterStatus,
+    FailurePattern,
+    FailureReason,
+)
+
+DEFAULT_RETRY_DELAYS = [60, 300, 1800, 7200, 43200]
+
+
+def default_retry_delays() -> list[int]:
+    return list(DEFAULT_RETRY_DELAYS)
+
+
+def default_permanent_reasons() -> list[str]:
+    return sorted(str(reason) for reason in PERMANENT_REASONS)
+
+
+class OperationKind(models.TextChoices):
+    RETRY = "retry", "Retry"
+    MOVE = "move", "Move"
+    PURGE = "purge", "Purge"
+    ARCHIVE = "archive", "Archive"
+    RESTORE = "restore", "Restore"
+    EDIT_RETRY = "edit_retry", "Edit and retry"
+
+
+# Kinds that publish to RabbitMQ (the others only change rows).
+PUBLISHING_KINDS = frozenset({OperationKind.RETRY, OperationKind.MOVE, OperationKind.EDIT_RETRY})
+
+
+# Statuses a dead letter may have for each kind to act on it: a filter may ask for any of ALLOWED; without a status
+# filter, DEFAULT applies (so "retry queue X" never replays again what was replayed already).
+_REPLAYABLE = frozenset(
+    {
+        DeadLetterStatus.PARKED,
+        DeadLetterStatus.SCHEDULED,
+        DeadLetterStatus.FAILED,
+        DeadLetterStatus.REPLAYED,
+        DeadLetterStatus.MOVED,
+    }
+)
+_WAITING = frozenset({DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED})
+ALLOWED_STATUSES: dict[str, frozenset[str]] = {
+    OperationKind.RETRY: _REPLAYABLE,
+    OperationKind.MOVE: _REPLAYABLE,
+    OperationKind.EDIT_RETRY: _REPLAYABLE,
+    OperationKind.ARCHIVE: _REPLAYABLE,
+    OperationKind.RESTORE: frozenset({DeadLetterStatus.ARCHIVED}),
+    OperationKind.PURGE: _REPLAYABLE | {DeadLetterStatus.ARCHIVED},
+}
+DEFAULT_STATUSES: dict[str, frozenset[str]] = {
+    OperationKind.RETRY: _WAITING,
+    OperationKind.MOVE: _WAITING,
+    OperationKind.EDIT_RETRY: _WAITING,
+    OperationKind.ARCHIVE: _REPLAYABLE,
+    OperationKind.RESTORE: frozenset({DeadLetterStatus.ARCHIVED}),
+    OperationKind.PURGE: _REPLAYABLE,
+}
+
+
+def eligible_statuses(kind: str, filter_statuses: list[str] | None = None) -> frozenset[str]:
+    """The dead-letter statuses an operation of `kind` acts on, given the statuses its filter names."""
+    if filter_statuses:
+        return ALLOWED_STATUSES[kind] & frozenset(filter_statuses)
+    return DEFAULT_STATUSES[kind]
+
+
+class OperationStatus(models.TextChoices):
+    PLANNED = "planned", "Planned"
+    CANARY = "canary", "Canary"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    DONE = "done", "Done"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+# A worker may run an operation in these states; the others wait for a person (planned, paused) or are over.
+ACTIVE_STATUSES = frozenset({OperationStatus.CANARY, OperationStatus.RUNNING})
+FINISHED_STATUSES = frozenset({OperationStatus.DONE, OperationStatus.CANCELLED, OperationStatus.FAILED})
+
+
+class OperationQuerySet(models.QuerySet["Operation"]):
+    def active(self) -> OperationQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def unfinished(self) -> OperationQuerySet:
+        return self.exclude(status__in=FINISHED_STATUSES)
+
+    def stale(self, *, now: dt.datetime, stale_after: dt.timedelta) -> OperationQuerySet:
+        """Active operations whose worker stopped sending heartbeats (killed, or its task was lost)."""
+        limit = now - stale_after
+        return self.active().filter(models.Q(heartbeat_at__lt=limit) | models.Q(heartbeat_at__isnull=True))
+
+
+class Operation(models.Model):
+    """One bulk job over a frozen set of dead letters: the UI, admin, CLI and metrics all read this row."""
+
+    kind = models.CharField(max_length=16, choices=OperationKind.choices)
+    # The DeadLetterFilter it was planned from (its to_dict form), kept for the record and the audit log.
+    filter = models.JSONField(default=dict, blank=True)
+    # Move: a queue (through the default exchange) or an exchange and routing key.
+    target_queue = models.CharField(max_length=255, blank=True)
+    target_exchange = models.CharField(max_length=255, blank=True)
+    target_routing_key = models.CharField(max_length=255, blank=True)
+    # "N/period[:burst]", empty for no limit; can be changed while the operation runs.
+    rate = models.CharField(max_length=32, blank=True)
+    canary_size = models.IntegerField(default=0)
+    canary_wait_seconds = models.IntegerField(default=60)
+    # When the canary's last message was confirmed and until when we watch for boomerangs.
+    canary_until = models.DateTimeField(null=True, blank=True)
+    canary_passed = models.BooleanField(default=False)
+    # Pause automatically when more than this share of published messages came back to a DLQ.
+    max_return_share = models.FloatField(default=0.2)
+    automatic = models.BooleanField(default=False, help_text="Started by a retry policy, not a person.")
+    status = models.CharField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PLANNED)
+    pause_reason = models.TextField(blank=True)
+    last_error = models.TextField(blank=True)
+
+    total = models.IntegerField(default=0)
+    succeeded = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    skipped = models.IntegerField(default=0)
+    in_flight = models.IntegerField(default=0)
+    # Messages published more than once because a worker died before recording their confirms.
+    duplicates = models.IntegerField(default=0)
+    # Replayed messages that died again (distinct dead letters of ours that have a boomerang).
+    returned = models.IntegerField(default=0)
+    # Published / returned counts when the operation was last resumed, so a resume starts a fresh window.
+    returned_baseline = models.IntegerField(default=0)
+    succeeded_baseline = models.IntegerField(default=0)
+
+    # Counts by queue and by destination (name to count) and the biggest patterns (id, template, count).
+    breakdown = models.JSONField(default=dict, blank=True)
+    unreplayable = models.IntegerField(default=0)
+    # {reason text: count}, e.g. {"exchange 'shop' does not exist": 12}.
+    unreplayable_reasons = models.JSONField(default=dict, blank=True)
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # The worker running the operation writes this every few seconds; a stale one is re-queued by the sweeper.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    runner = models.CharField(max_length=64, blank=True)
+
+    objects = OperationQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # Operations page, newest first, optionally by status.
+            models.Index(fields=["-created_at"], name="operation_created"),
+            # The sweeper: active operations with a stale heartbeat.
+            models.Index(fields=["status", "heartbeat_at"], name="operation_status_heartbeat"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+    @property
+    def processed(self) -> int:
+        return self.succeeded + self.failed + self.skipped
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.total - self.processed)
+
+    @property
+    def progress(self) -> float:
+        """Share of items with an outcome, from 0.0 to 1.0."""
+        if self.total == 0:
+            return 1.0 if self.status in FINISHED_STATUSES else 0.0
+        return min(1.0, self.processed / self.total)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def publishes(self) -> bool:
+        return self.kind in PUBLISHING_KINDS
+
+    @property
+    def eta(self) -> dt.timedelta | None:
+        """Time left at the pace so far (None before there is a pace, or when nothing runs)."""
+        if self.status not in ACTIVE_STATUSES or self.started_at is None or self.processed == 0:
+            return None
+        elapsed = (timezone.now() - self.started_at).total_seconds()
+        if elapsed <= 0:
+            return None
+        return dt.timedelta(seconds=self.remaining * elapsed / self.processed)
+
+    @property
+    def target_display(self) -> str:
+        if self.target_queue:
+            return f"queue {self.target_queue}"
+        if self.target_exchange:
+            return f"exchange {self.target_exchange} / {self.target_routing_key}"
+        if self.kind in (OperationKind.RETRY, OperationKind.EDIT_RETRY):
+            return "original queues"
+        return ""
+
+
+class ItemStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    # Marked before publishing, so a worker killed mid-chunk leaves a record of what may have gone out.
+    IN_FLIGHT = "in_flight", "In flight"
+    PUBLISHED = "published", "Published"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+
+
+class OperationItemQuerySet(models.QuerySet["OperationItem"]):
+    def pending(self) -> OperationItemQuerySet:
+        return self.filter(status=ItemStatus.PENDING)
+
+    def succeeded(self) -> OperationItemQuerySet:
+        return self.filter(status__in=[ItemStatus.PUBLISHED, ItemStatus.DONE])
+
+
+class OperationItem(models.Model):
+    """One dead letter of an operation and its outcome."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="items")
+    # No database constraint: a purge deletes the dead letter but its item (and id) stays as the record.
+    dead_letter = models.ForeignKey(
+        DeadLetter, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="operation_items"
+    )
+    status = models.CharField(max_length=16, choices=ItemStatus.choices, default=ItemStatus.PENDING)
+    attempts = models.IntegerField(default=0)
+    # The dead letter's status when this operation took it, to give it back if the message was never sent.
+    previous_status = models.CharField(max_length=16, blank=True)
+    error = models.TextField(blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Where it was published ("exchange / routing key"), for the record.
+    destination = models.CharField(max_length=512, blank=True)
+
+    objects = OperationItemQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The run loop: the next chunk of pending (or, on resume, in-flight) items in order.
+            models.Index(fields=["operation", "status", "id"], name="opitem_operation_status_id"),
+        ]
+        constraints = [models.UniqueConstraint(fields=["operation", "dead_letter"], name="opitem_once")]
+
+    def __str__(self) -> str:
+        return f"#{self.dead_letter_id} {self.status}"
+
+
+class RetryPolicyQuerySet(models.QuerySet["RetryPolicy"]):
+    def enabled(self) -> RetryPolicyQuerySet:
+        return self.filter(enabled=True)
+
+
+class RetryPolicy(models.Model):
+    """Retry matching dead letters automatically with backoff. Empty scope fields match everything."""
+
+    name = models.CharField(max_length=120)
+    enabled = models.BooleanField(default=True)
+    queue = models.CharField(max_length=255, blank=True, help_text="Source DLQ or original queue; empty for any.")
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
+    pattern = models.ForeignKey(FailurePattern, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    delays = models.JSONField(default=default_retry_delays, help_text="Seconds before each attempt.")
+    max_attempts = models.IntegerField(default=5)
+    permanent_reasons = models.JSONField(
+        default=default_permanent_reasons, blank=True, help_text="Failure reasons never retried automatically."
+    )
+    rate = models.CharField(max_length=32, blank=True, help_text="Replay rate like 50/1s; empty for no limit.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = RetryPolicyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "retry policies"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def specificity(self) -> int:
+        """The most specific matching policy wins: pattern beats queue beats reason beats catch-all."""
+        return (4 if self.pattern_id else 0) + (2 if self.queue else 0) + (1 if self.failure_reason else 0)
+
+    def delay_for(self, attempt: int) -> dt.timedelta:
+        """The wait before automatic attempt number `attempt` (0-based); the last delay repeats."""
+        delays = [int(value) for value in self.delays] or DEFAULT_RETRY_DELAYS
+        return dt.timedelta(seconds=max(0, delays[min(attempt, len(delays) - 1)]))
+
+
+class SchedulerCursor(models.Model):
+    """How far schedule_new_dead_letters has looked (the highest dead letter id it settled)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    position = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.position}"

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from dlqconsole.deadletters import cli as deadletters_cli
+from dlqconsole.operations import cli as operations_cli
 
 
 class Command(BaseCommand):
@@ -19,6 +20,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         subcommands = parser.add_subparsers(dest="subcommand", required=True, parser_class=type(parser))
         deadletters_cli.add_subcommands(subcommands, command=self)
+        operations_cli.add_subcommands(subcommands, command=self)
 
     def handle(self, *args: Any, **options: Any) -> None:
         options.pop("handler")(self, **options)

@@ -1,0 +1,245 @@
+"""`dlq retry|move|purge|archive|restore` and `dlq operation show|pause|resume|cancel|rate`.
+
+Each handler parses its options, calls one service and prints what happened. Without --yes the plan is shown and
+confirmed first; --dry-run shows the plan and changes nothing; --wait follows the worker with a progress bar;
+--inline runs the operation in this process instead of a Celery worker.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
+from dlqconsole.operations.models import FINISHED_STATUSES, Operation, OperationKind
+from dlqconsole.operations.services import (
+    OperationError,
+    cancel_operation,
+    change_rate,
+    pause_operation,
+    plan_operation,
+    resume_operation,
+    run_operation,
+    start_operation,
+)
+
+# (option, filter field, help); list fields take several values, repeated or comma-separated.
+LIST_FILTERS = (
+    ("--pattern", "pattern", "failure pattern id"),
+    ("--queue", "queue", "dead-letter queue or original queue"),
+    ("--reason", "reason", "failure reason, e.g. TIMEOUT"),
+    ("--status", "status", "dead-letter status, e.g. parked, failed, archived"),
+    ("--message-id", "message_id", "message id"),
+    ("--id", "ids", "dead letter id"),
+)
+TEXT_FILTERS = (
+    ("--error-type", "error_type", "exact error type"),
+    ("--since", "since", "arrived at or after: ISO date/time or an age like 2h, 7d"),
+    ("--until", "until", "arrived before: ISO date/time or an age"),
+    ("--priority", "priority", "priority or a range like 5-9"),
+    ("--text", "text", "text in the error type or message"),
+    ("--host", "host", "processing host"),
+    ("--payload", "payload", "text in the body"),
+)
+VERBS = {
+    OperationKind.RETRY: "Retry (republish to the original queues)",
+    OperationKind.MOVE: "Move to another queue or exchange",
+    OperationKind.PURGE: "Purge: delete for good (needs --yes or a typed confirmation)",
+    OperationKind.ARCHIVE: "Archive: hide from default views (restorable)",
+    OperationKind.RESTORE: "Restore archived dead letters",
+}
+
+
+def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
+    for kind, help_text in VERBS.items():
+        parser = subcommands.add_parser(str(kind), help=help_text)
+        for option, _, text in LIST_FILTERS:
+            parser.add_argument(option, action="append", default=[], metavar="VALUE", help=f"{text} (repeatable)")
+        for option, _, text in TEXT_FILTERS:
+            parser.add_argument(option, default="", help=text)
+        parser.add_argument("--limit", type=int, default=None, help="at most this many dead letters (oldest first)")
+        if kind in (OperationKind.RETRY, OperationKind.MOVE):
+            parser.add_argument("--rate", default="", help="N/period[:burst], e.g. 50/1s; default: no limit")
+            parser.add_argument("--canary", type=int, default=0, metavar="N", help="replay N first, then wait")
+            parser.add_argument("--canary-wait", type=int, default=None, metavar="SECONDS")
+        if kind == OperationKind.MOVE:
+            parser.add_argument("--target-queue", default="")
+            parser.add_argument("--target-exchange", default="")
+            parser.add_argument("--routing-key", default="")
+        parser.add_argument("--dry-run", action="store_true", help="show the plan; change nothing")
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        parser.add_argument("--wait", action="store_true", help="follow the operation with a progress bar")
+        parser.add_argument("--inline", action="store_true", help="run it in this process, not a Celery worker")
+        parser.add_argument("--user", default="", help="the account to act as (for roles and the audit log)")
+        parser.set_defaults(handler=run_kind, kind=str(kind))
+
+    operation = subcommands.add_parser("operation", help="Show or control an operation.")
+    operation.add_argument("action", choices=["show", "pause", "resume", "cancel", "rate"])
+    operation.add_argument("operation_id", type=int)
+    operation.add_argument("rate", nargs="?", default="", help="the new rate (for `rate`); empty for no limit")
+    operation.add_argument("--wait", action="store_true")
+    operation.add_argument("--user", default="")
+    operation.set_defaults(handler=run_control)
+
+
+def filter_from_options(options: dict[str, Any]) -> DeadLetterFilter:
+    data: dict[str, Any] = {}
+    for _, name, _ in LIST_FILTERS:
+        values = options.get(name if name != "ids" else "id") or []
+        data[name] = [part.strip() for value in values for part in str(value).split(",") if part.strip()]
+    for _, name, _ in TEXT_FILTERS:
+        data[name] = options.get(name) or ""
+    try:
+        return DeadLetterFilter.from_dict(data)
+    except FilterError as error:
+        raise CommandError(str(error)) from None
+
+
+def _actor(username: str) -> AbstractBaseUser | None:
+    if not username:
+        return None
+    try:
+        return get_user_model().objects.get(username=username)
+    except get_user_model().DoesNotExist:
+        raise CommandError(f"no user {username!r}") from None
+
+
+def run_kind(command: BaseCommand, **options: Any) -> None:
+    kind = options["kind"]
+    found = filter_from_options(options)
+    actor = _actor(options["user"])
+    arguments: dict[str, Any] = {
+        "kind": kind,
+        "filter": found,
+        "actor": actor,
+        "limit": options["limit"],
+        "rate": options.get("rate", ""),
+        "canary_size": options.get("canary", 0),
+        "canary_wait_seconds": options.get("canary_wait"),
+        "target_queue": options.get("target_queue", ""),
+        "target_exchange": options.get("target_exchange", ""),
+        "target_routing_key": options.get("routing_key", ""),
+    }
+    try:
+        if options["dry_run"]:
+            with transaction.atomic():
+                operation = plan_operation(**arguments)
+                write_plan(command, operation)
+                command.stdout.write("Dry run: nothing was changed.")
+                transaction.set_rollback(True)
+            return
+        operation = plan_operation(**arguments)
+        write_plan(command, operation)
+        if operation.total == 0:
+            command.stdout.write("Nothing to do.")
+            return
+        if not options["yes"] and not _confirm(command, operation):
+            cancel_operation(operation=operation, actor=actor)
+            command.stdout.write(f"Cancelled operation #{operation.pk}.")
+            return
+        operation = start_operation(operation=operation, actor=actor)
+    except (OperationError, PermissionDenied) as error:
+        raise CommandError(str(error)) from None
+    command.stdout.write(f"Started operation #{operation.pk}.")
+    if options["inline"]:
+        run_operation(operation_id=operation.pk)
+    if options["wait"] or options["inline"]:
+        follow(command, operation)
+
+
+def run_control(command: BaseCommand, *, action: str, operation_id: int, **options: Any) -> None:
+    try:
+        operation = Operation.objects.get(pk=operation_id)
+    except Operation.DoesNotExist:
+        raise CommandError(f"no operation #{operation_id}") from None
+    actor = _actor(options["user"])
+    try:
+        if action == "pause":
+            operation = pause_operation(operation=operation, actor=actor)
+        elif action == "resume":
+            operation = resume_operation(operation=operation, actor=actor)
+        elif action == "cancel":
+            operation = cancel_operation(operation=operation, actor=actor)
+        elif action == "rate":
+            operation = change_rate(operation=operation, rate=options["rate"], actor=actor)
+    except (OperationError, PermissionDenied) as error:
+        raise CommandError(str(error)) from None
+    write_plan(command, operation)
+    command.stdout.write(progress_line(operation))
+    if options["wait"]:
+        follow(command, operation)
+
+
+def write_plan(command: BaseCommand, operation: Operation) -> None:
+    write = command.stdout.write
+    filter_text = ", ".join(f"{key}={value}" for key, value in operation.filter.items()) or "everything"
+    write(f"Operation #{operation.pk}: {operation.get_kind_display().lower()} {operation.total:,} dead letters")
+    write(f"  filter: {filter_text}")
+    if operation.target_display:
+        write(f"  target: {operation.target_display}")
+    if operation.rate or operation.canary_size:
+        extra = [f"rate {operation.rate}" if operation.rate else "no rate limit"]
+        if operation.canary_size:
+            extra.append(f"canary {operation.canary_size}, then wait {operation.canary_wait_seconds}s")
+        write("  " + "; ".join(extra))
+    breakdown = operation.breakdown or {}
+    if breakdown.get("queue"):
+        write("  by queue: " + "; ".join(f"{name} {n:,}" for name, n in breakdown["queue"].items()))
+    for row in breakdown.get("pattern", [])[:10]:
+        write(f"  pattern #{row['id']}: {row['count']:>8,}  {row['template'][:90]}")
+    if breakdown.get("destination"):
+        write("  by destination: " + "; ".join(f"{name} {n:,}" for name, n in breakdown["destination"].items()))
+    if operation.unreplayable:
+        write(f"  cannot be replayed: {operation.unreplayable:,}")
+        for reason, n in operation.unreplayable_reasons.items():
+            write(f"    {n:>8,}  {reason}")
+    if operation.last_error:
+        write(f"  note: {operation.last_error}")
+
+
+def _confirm(command: BaseCommand, operation: Operation) -> bool:
+    verb = operation.get_kind_display().lower()
+    if operation.kind == OperationKind.PURGE:
+        answer = input(f"Type 'purge {operation.total}' to delete {operation.total:,} dead letters for good: ")
+        return answer.strip() == f"purge {operation.total}"
+    answer = input(f"{verb.capitalize()} {operation.total:,} dead letters? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def progress_line(operation: Operation, *, width: int = 30) -> str:
+    done = int(operation.progress * width)
+    bar = "#" * done + "." * (width - done)
+    eta = operation.eta
+    eta_text = f" eta {str(eta).split('.')[0]}" if eta is not None else ""
+    reason = f" ({operation.pause_reason})" if operation.pause_reason and operation.status == "paused" else ""
+    return (
+        f"[{bar}] {operation.progress:4.0%} {operation.processed:,}/{operation.total:,} "
+        f"ok {operation.succeeded:,} failed {operation.failed:,} skipped {operation.skipped:,} "
+        f"{operation.status}{reason}{eta_text}"
+    )
+
+
+def follow(command: BaseCommand, operation: Operation, *, interval: float = 0.5) -> None:
+    """Redraw a progress bar until the operation finishes or pauses."""
+    tty = sys.stdout.isatty()
+    last_print = 0.0
+    while True:
+        operation.refresh_from_db()
+        line = progress_line(operation)
+        over = operation.status in FINISHED_STATUSES or operation.status == "paused"
+        if tty:
+            command.stdout.write("\r" + line, ending="\n" if over else "")
+            command.stdout.flush()
+        elif over or time.monotonic() - last_print > 5:
+            command.stdout.write(line)
+            last_print = time.monotonic()
+        if over:
+            return
+        time.sleep(interval)

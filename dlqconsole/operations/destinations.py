@@ -1,0 +1,137 @@
+"""Where a dead letter goes when it is replayed or moved, what it carries, and whether the broker can take it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+from django.conf import settings
+from pika.exceptions import ChannelClosedByBroker
+
+from dlqconsole.core import jsonsafe
+from dlqconsole.core.amqp import connect
+
+# Headers the broker adds when it dead-letters a message. Republishing them makes some broker versions drop the
+# message silently when it dies again, and they describe deaths that are over.
+DEATH_HEADERS = frozenset({"x-death", "x-delivery-count", "x-acquired-count"})
+DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+
+
+@dataclass(frozen=True)
+class Destination:
+    exchange: str
+    routing_key: str
+    # The queue expected to receive the message ("" when only the exchange knows): checked before publishing,
+    # and the key of the shared rate limit.
+    queue: str = ""
+
+    def __str__(self) -> str:
+        if not self.exchange:
+            return f"queue {self.routing_key}"
+        return f"exchange {self.exchange} / {self.routing_key}"
+
+    @property
+    def limit_key(self) -> str:
+        return f"queue:{self.queue}" if self.queue else f"exchange:{self.exchange}/{self.routing_key}"
+
+
+def retry_destination(*, exchange: str, routing_keys: list[Any], queue: str) -> Destination | None:
+    """The exchange and routing key of the newest x-death entry, else the original queue through the default
+    exchange; None when the dead letter names neither."""
+    keys = [str(key) for key in routing_keys or [] if key is not None]
+    if keys:
+        return Destination(exchange=exchange, routing_key=keys[0], queue=queue or (keys[0] if not exchange else ""))
+    if queue:
+        return Destination(exchange="", routing_key=queue, queue=queue)
+    return None
+
+
+def move_destination(*, target_queue: str, target_exchange: str, target_routing_key: str) -> Destination:
+    if target_queue:
+        return Destination(exchange="", routing_key=target_queue, queue=target_queue)
+    return Destination(exchange=target_exchange, routing_key=target_routing_key)
+
+
+def is_death_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in DEATH_HEADERS or lowered.startswith(DEATH_HEADER_PREFIXES)
+
+
+def replay_properties(
+    *, stored_properties: dict[str, Any], stored_headers: Any, dead_letter_id: int, replay_count: int
+) -> pika.BasicProperties:
+    """The message's own properties and headers, unchanged, minus the death headers, plus our replay headers."""
+    properties = jsonsafe.decode(stored_properties or {})
+    values = {name: properties[name] for name in PROPERTY_NAMES if properties.get(name) is not None}
+    decoded = jsonsafe.decode(stored_headers or {})
+    headers = (
+        {key: value for key, value in decoded.items() if not is_death_header(str(key))}
+        if isinstance(decoded, dict)
+        else {}
+    )
+    headers[settings.DLQ_REPLAY_COUNT_HEADER] = replay_count
+    headers[settings.DLQ_REPLAYED_FROM_HEADER] = dead_letter_id
+    return pika.BasicProperties(headers=headers, **values)
+
+
+def check_destinations(destinations: Iterable[Destination], *, url: str | None = None) -> dict[Destination, str]:
+    """Why each destination cannot take messages ("" when it can), by passive declares of its exchange and queue.
+
+    A binding cannot be checked over AMQP; an unroutable message is caught at publish time (mandatory=True).
+    """
+    problems: dict[Destination, str] = {}
+    exchanges: dict[str, str] = {}
+    queues: dict[str, str] = {}
+    connection = connect(url)
+    try:
+        channel = connection.channel()
+        for destination in destinations:
+            problem = ""
+            if destination.exchange:
+                if destination.exchange not in exchanges:
+                    exchanges[destination.exchange], channel = _passive(
+                        connection, channel, exchange=destination.exchange
+                    )
+                problem = exchanges[destination.exchange]
+            if not problem and destination.queue:
+                if destination.queue not in queues:
+                    queues[destination.queue], channel = _passive(connection, channel, queue=destination.queue)
+                problem = queues[destination.queue]
+            problems[destination] = problem
+    finally:
+        if connection.is_open:
+            connection.close()
+    return problems
+
+
+def _passive(
+    connection: pika.BlockingConnection, channel: Any, *, exchange: str = "", queue: str = ""
+) -> tuple[str, Any]:
+    try:
+        if exchange:
+            channel.exchange_declare(exchange=exchange, passive=True)
+        else:
+            channel.queue_declare(queue=queue, passive=True)
+    except ChannelClosedByBroker as error:
+        # A failed passive declare closes the channel; open a fresh one for the next check.
+        what = f"exchange {exchange!r}" if exchange else f"queue {queue!r}"
+        reason = f"{what} does not exist" if error.reply_code == 404 else f"{what}: {error.reply_text}"
+        return reason, connection.channel()
+    return "", channel

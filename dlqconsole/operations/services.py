@@ -1,0 +1,495 @@
+"""Bulk recovery: plan an operation over a frozen set of dead letters, start, pause, resume, cancel it, change its
+rate; edit and retry one message; hand stale operations to a live worker; expire archives.
+
+Pages, the admin, the `dlq` command and the Celery tasks all call these; the run loop itself is in runner.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import uuid
+from collections import Counter
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, require_role
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.core import jsonsafe
+from dlqconsole.core.ratelimit import parse_rate
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.ingest.services import add_counts
+from dlqconsole.operations.counts import CountedRow, count_status_change
+from dlqconsole.operations.destinations import Destination, check_destinations, move_destination, retry_destination
+from dlqconsole.operations.models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    PUBLISHING_KINDS,
+    ItemStatus,
+    Operation,
+    OperationItem,
+    OperationKind,
+    OperationStatus,
+    eligible_statuses,
+)
+from dlqconsole.operations.runner import delete_dead_letters, finalize_cancelled, run_operation
+
+logger = logging.getLogger(__name__)
+
+Actor = AbstractBaseUser | AnonymousUser | None
+# Breakdown tables keep the biggest entries; the rest are summed under "other".
+BREAKDOWN_ROWS = 50
+NO_DESTINATION = "no known destination (no queue, exchange or routing key in its x-death)"
+
+__all__ = [
+    "OperationError",
+    "cancel_operation",
+    "change_rate",
+    "delete_expired_archives",
+    "edit_and_retry",
+    "pause_operation",
+    "plan_operation",
+    "requeue_stale_operations",
+    "required_role",
+    "resume_operation",
+    "run_operation",
+    "start_operation",
+]
+
+
+class OperationError(Exception):
+    """An operation cannot be planned or changed as asked; the message says why, in words fit for the user."""
+
+
+def required_role(kind: str) -> str:
+    """Purging deletes for good, so it needs an admin; every other kind an operator."""
+    return ADMIN if kind == OperationKind.PURGE else OPERATOR
+
+
+def _check_role(actor: Actor, kind: str) -> None:
+    # A None actor is the system itself (beat, the shell command); people are checked here as well as in views.
+    if actor is not None:
+        require_role(actor, required_role(kind))
+
+
+def _target(operation: Operation) -> str:
+    return f"operation:{operation.pk}"
+
+
+def enqueue_run(operation: Operation) -> None:
+    """Hand the operation to a worker once the current transaction commits."""
+    from dlqconsole.operations.tasks import run_operation_task
+
+    # Celery's DjangoTask has delay_on_commit; celery-types does not know it yet.
+    run_operation_task.delay_on_commit(operation.pk)  # type: ignore[attr-defined]
+
+
+# Planning ----------------------------------------------------------------------------------------------------
+
+
+def plan_operation(
+    *,
+    kind: str,
+    filter: DeadLetterFilter | dict[str, Any],  # noqa: A002  (the filter language's own name)
+    actor: Actor,
+    target_queue: str = "",
+    target_exchange: str = "",
+    target_routing_key: str = "",
+    rate: str = "",
+    canary_size: int = 0,
+    canary_wait_seconds: int | None = None,
+    max_return_share: float | None = None,
+    limit: int | None = None,
+) -> Operation:
+    """Freeze exactly the dead letters matching `filter` now (later arrivals are not swept in) and describe them:
+    count, breakdown by queue, pattern and destination, and the ones that cannot be replayed and why."""
+    if kind not in OperationKind.values:
+        raise OperationError(f"unknown operation {kind!r}; one of {', '.join(OperationKind.values)}")
+    _check_role(actor, kind)
+    try:
+        found = filter if isinstance(filter, DeadLetterFilter) else DeadLetterFilter.from_dict(filter)
+        found.validate()
+    except FilterError as error:
+        raise OperationError(str(error)) from None
+    target_queue, target_exchange = target_queue.strip(), target_exchange.strip()
+    target_routing_key = target_routing_key.strip()
+    if kind == OperationKind.MOVE:
+        if bool(target_queue) == bool(target_exchange):
+            raise OperationError("a move needs a target queue, or a target exchange and routing key (not both)")
+    elif target_queue or target_exchange or target_routing_key:
+        raise OperationError(f"only a move takes a target; a {kind} does not")
+    if target_routing_key and not target_exchange:
+        raise OperationError("a routing key goes with a target exchange")
+    rate = rate.strip()
+    if rate:
+        if kind not in PUBLISHING_KINDS:
+            raise OperationError(f"a {kind} publishes nothing, so it takes no rate")
+        try:
+            rate = str(parse_rate(rate))
+        except ValueError as error:
+            raise OperationError(str(error)) from None
+    if canary_size < 0:
+        raise OperationError("the canary size cannot be negative")
+    if canary_size and kind not in PUBLISHING_KINDS:
+        raise OperationError(f"a {kind} publishes nothing, so it has no canary")
+    if limit is not None and limit < 1:
+        raise OperationError("the limit must be at least 1")
+    wait = settings.DLQ_CANARY_WAIT_SECONDS if canary_wait_seconds is None else canary_wait_seconds
+    if wait < 0:
+        raise OperationError("the canary wait cannot be negative")
+    share = settings.DLQ_OPERATION_MAX_RETURN_SHARE if max_return_share is None else max_return_share
+    if not 0 <= share <= 1:
+        raise OperationError("the share of returns that pauses an operation is between 0 and 1")
+
+    if kind == OperationKind.RESTORE and not found.status:
+        found.status = [DeadLetterStatus.ARCHIVED]
+    statuses = eligible_statuses(kind, found.status)
+    if not statuses:
+        raise OperationError(f"a {kind} cannot act on dead letters with status {', '.join(found.status)}")
+    matching = found.apply().filter(status__in=statuses)
+
+    with transaction.atomic():
+        operation = Operation.objects.create(
+            kind=kind,
+            filter=found.to_dict(),
+            target_queue=target_queue,
+            target_exchange=target_exchange,
+            target_routing_key=target_routing_key,
+            rate=rate,
+            canary_size=canary_size,
+            canary_wait_seconds=wait,
+            max_return_share=share,
+            created_by=actor if isinstance(actor, User) else None,
+        )
+        total = _freeze(operation, matching, limit=limit)
+        operation.total = total
+        operation.breakdown = _breakdown(operation)
+        operation.save(update_fields=["total", "breakdown"])
+    if kind in PUBLISHING_KINDS and total:
+        _find_unreplayable(operation)
+    record_audit(
+        actor=actor,
+        action=f"operation.{kind}.plan",
+        target=_target(operation),
+        filter=operation.filter,
+        count=total,
+        detail=_describe(operation),
+    )
+    return operation
+
+
+def _freeze(operation: Operation, matching: Any, *, limit: int | None) -> int:
+    """Copy the ids of the matching dead letters into items in one INSERT ... SELECT: one consistent snapshot."""
+    ids = matching.order_by("id").values("id")
+    if limit is not None:
+        ids = ids[:limit]
+    sql, params = ids.query.sql_with_params()
+    table = connection.ops.quote_name(OperationItem._meta.db_table)
+    with connection.cursor() as cursor:
+        columns = "operation_id, dead_letter_id, status, attempts, previous_status, error, destination"
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) SELECT %s, frozen.id, %s, 0, '', '', '' FROM ({sql}) frozen",
+            [operation.pk, ItemStatus.PENDING, *params],
+        )
+        return max(0, cursor.rowcount)
+
+
+def _frozen(operation: Operation) -> Any:
+    return DeadLetter.objects.filter(
+        pk__in=OperationItem.objects.filter(operation=operation).values("dead_letter_id")
+    ).order_by()
+
+
+def _top(counts: Counter[str]) -> dict[str, int]:
+    top = dict(counts.most_common(BREAKDOWN_ROWS))
+    rest = sum(counts.values()) - sum(top.values())
+    if rest:
+        top["other"] = rest
+    return top
+
+
+def _breakdown(operation: Operation) -> dict[str, Any]:
+    frozen = _frozen(operation)
+    queues: Counter[str] = Counter()
+    for row in frozen.values("source_queue").annotate(n=Count("pk")):
+        queues[row["source_queue"]] += row["n"]
+    patterns = [
+        {"id": row["pattern_id"], "template": row["pattern__template"][:200], "count": row["n"]}
+        for row in frozen.values("pattern_id", "pattern__template")
+        .annotate(n=Count("pk"))
+        .order_by("-n")[:BREAKDOWN_ROWS]
+    ]
+    destinations: Counter[str] = Counter()
+    for destination, n in _destination_groups(operation).items():
+        destinations[str(destination) if destination else "none"] += n
+    return {"queue": _top(queues), "pattern": patterns, "destination": _top(destinations)}
+
+
+def _destination_groups(operation: Operation) -> Counter[Destination | None]:
+    groups: Counter[Destination | None] = Counter()
+    if operation.kind == OperationKind.MOVE:
+        groups[
+            move_destination(
+                target_queue=operation.target_queue,
+                target_exchange=operation.target_exchange,
+                target_routing_key=operation.target_routing_key,
+            )
+        ] = operation.total
+    elif operation.kind in PUBLISHING_KINDS:
+        rows = (
+            _frozen(operation)
+            .values("original_exchange", "original_routing_keys", "original_queue")
+            .annotate(n=Count("pk"))
+        )
+        for row in rows:
+            destination = retry_destination(
+                exchange=row["original_exchange"],
+                routing_keys=row["original_routing_keys"],
+                queue=row["original_queue"],
+            )
+            groups[destination] += row["n"]
+    return groups
+
+
+def _find_unreplayable(operation: Operation) -> None:
+    """Passive declares of every destination: missing exchanges and queues, and dead letters with nowhere to go."""
+    groups = _destination_groups(operation)
+    reasons: Counter[str] = Counter()
+    reasons[NO_DESTINATION] = groups.pop(None, 0)
+    try:
+        problems = check_destinations({destination for destination in groups if destination is not None})
+    except Exception as error:  # noqa: BLE001  (a plan is still useful without the broker's view)
+        operation.last_error = f"could not check the destinations on RabbitMQ: {error}"[:2000]
+        problems = {}
+    for destination, n in groups.items():
+        if destination is not None and problems.get(destination):
+            reasons[problems[destination]] += n
+    operation.unreplayable_reasons = {reason: n for reason, n in reasons.most_common() if n}
+    operation.unreplayable = sum(operation.unreplayable_reasons.values())
+    operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error"])
+
+
+def _describe(operation: Operation) -> str:
+    parts = [operation.get_kind_display()]
+    if operation.target_display:
+        parts.append(f"to {operation.target_display}")
+    if operation.rate:
+        parts.append(f"at {operation.rate}")
+    if operation.canary_size:
+        parts.append(f"canary {operation.canary_size} / {operation.canary_wait_seconds}s")
+    return " ".join(parts)
+
+
+# Lifecycle ---------------------------------------------------------------------------------------------------
+
+
+def start_operation(*, operation: Operation, actor: Actor) -> Operation:
+    """Planned → canary (when it has one) or running, and hand it to a worker."""
+    _check_role(actor, operation.kind)
+    now = timezone.now()
+    status = OperationStatus.CANARY if operation.canary_size else OperationStatus.RUNNING
+    with transaction.atomic():
+        started = Operation.objects.filter(pk=operation.pk, status=OperationStatus.PLANNED).update(
+            status=status, started_at=now, heartbeat_at=now, runner=""
+        )
+        if not started:
+            operation.refresh_from_db()
+            raise OperationError(f"operation {operation.pk} is {operation.status}; only a planned one can start")
+        record_audit(
+            actor=actor,
+            action=f"operation.{operation.kind}.start",
+            target=_target(operation),
+            filter=operation.filter,
+            count=operation.total,
+            detail=_describe(operation),
+        )
+        enqueue_run(operation)
+    operation.refresh_from_db()
+    return operation
+
+
+def pause_operation(*, operation: Operation, actor: Actor, reason: str = "") -> Operation:
+    _check_role(actor, operation.kind)
+    name = actor.get_username() if isinstance(actor, AbstractBaseUser) else "the system"
+    reason = reason.strip() or f"paused by {name}"
+    with transaction.atomic():
+        paused = Operation.objects.filter(pk=operation.pk, status__in=ACTIVE_STATUSES).update(
+            status=OperationStatus.PAUSED, pause_reason=reason[:2000]
+        )
+        if not paused:
+            operation.refresh_from_db()
+            raise OperationError(f"operation {operation.pk} is {operation.status}; only a running one can pause")
+        record_audit(actor=actor, action="operation.pause", target=_target(operation), detail=reason)
+    operation.refresh_from_db()
+    return operation
+
+
+def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
+    """Paused → running again. A canary that was judged (or whose wait began) is not run a second time; the share
+    of returns that pauses the operation is measured afresh from here."""
+    _check_role(actor, operation.kind)
+    operation.refresh_from_db()
+    canary_open = operation.canary_size and not operation.canary_passed and operation.canary_until is None
+    status = OperationStatus.CANARY if canary_open else OperationStatus.RUNNING
+    with transaction.atomic():
+        resumed = Operation.objects.filter(pk=operation.pk, status=OperationStatus.PAUSED).update(
+            status=status,
+            pause_reason="",
+            canary_passed=status == OperationStatus.RUNNING and bool(operation.canary_size),
+            returned_baseline=operation.returned,
+            succeeded_baseline=operation.succeeded,
+            heartbeat_at=timezone.now(),
+        )
+        if not resumed:
+            raise OperationError(f"operation {operation.pk} is {operation.status}; only a paused one can resume")
+        record_audit(actor=actor, action="operation.resume", target=_target(operation), detail=_describe(operation))
+        enqueue_run(operation)
+    operation.refresh_from_db()
+    return operation
+
+
+def cancel_operation(*, operation: Operation, actor: Actor) -> Operation:
+    """Stop for good. What was published stays published; the rest is skipped and its dead letters stay as they
+    are. A worker in the middle of a chunk finishes recording it first."""
+    _check_role(actor, operation.kind)
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS)
+    with transaction.atomic():
+        cancelled = (
+            Operation.objects.filter(pk=operation.pk)
+            .exclude(status__in=FINISHED_STATUSES)
+            .update(status=OperationStatus.CANCELLED, finished_at=now)
+        )
+        if not cancelled:
+            operation.refresh_from_db()
+            raise OperationError(f"operation {operation.pk} is {operation.status} already")
+        record_audit(
+            actor=actor, action="operation.cancel", target=_target(operation), filter=operation.filter, detail=""
+        )
+    operation.refresh_from_db()
+    # Pending items can be skipped at once (a worker takes items only while they are pending); in-flight ones only
+    # when no live worker holds them, else that worker settles them when it notices.
+    if not operation.runner or operation.heartbeat_at is None or operation.heartbeat_at < stale:
+        finalize_cancelled(operation=operation)
+    else:
+        OperationItem.objects.filter(operation=operation, status=ItemStatus.PENDING).update(
+            status=ItemStatus.SKIPPED, error="cancelled"
+        )
+        skipped = OperationItem.objects.filter(operation=operation, status=ItemStatus.SKIPPED).count()
+        Operation.objects.filter(pk=operation.pk).update(skipped=skipped)
+    operation.refresh_from_db()
+    return operation
+
+
+def change_rate(*, operation: Operation, rate: str, actor: Actor) -> Operation:
+    """Change the rate of an unfinished operation; a running worker applies it within a couple of seconds."""
+    _check_role(actor, operation.kind)
+    if operation.kind not in PUBLISHING_KINDS:
+        raise OperationError(f"a {operation.kind} publishes nothing, so it takes no rate")
+    rate = rate.strip()
+    if rate:
+        try:
+            rate = str(parse_rate(rate))
+        except ValueError as error:
+            raise OperationError(str(error)) from None
+    with transaction.atomic():
+        changed = Operation.objects.filter(pk=operation.pk).exclude(status__in=FINISHED_STATUSES).update(rate=rate)
+        if not changed:
+            operation.refresh_from_db()
+            raise OperationError(f"operation {operation.pk} is {operation.status}; its rate cannot change")
+        record_audit(
+            actor=actor,
+            action="operation.rate",
+            target=_target(operation),
+            detail=f"rate {operation.rate or 'unlimited'} -> {rate or 'unlimited'}",
+        )
+    operation.refresh_from_db()
+    return operation
+
+
+def edit_and_retry(*, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor) -> Operation:
+    """Retry an edited copy of a dead letter. The original stays as it was; the copy links to it (edited_from)."""
+    _check_role(actor, OperationKind.EDIT_RETRY)
+    if not isinstance(headers, dict):
+        raise OperationError("headers must be a table of names and values")
+    now = timezone.now()
+    with transaction.atomic():
+        original = DeadLetter.objects.get(pk=dead_letter.pk)
+        copy = DeadLetter.objects.get(pk=dead_letter.pk)
+        copy.pk = None
+        copy.dedupe_key = hashlib.sha256(f"edit:{original.pk}:{uuid.uuid4().hex}".encode()).hexdigest()
+        copy.body = bytes(body)
+        copy.body_size = len(body)
+        copy.headers = jsonsafe.encode({str(name): value for name, value in headers.items()})
+        copy.edited_from = original
+        copy.previous = None
+        copy.status = DeadLetterStatus.PARKED
+        copy.status_changed_at = now
+        copy.ingested_at = now
+        copy.next_retry_at = None
+        copy.retry_exhausted = False
+        copy.save(force_insert=True)
+        add_counts([(copy.source_queue, copy.pattern_id, copy.failure_reason, DeadLetterStatus.PARKED, 1)])
+        record_audit(
+            actor=actor,
+            action="deadletter.edit_retry",
+            target=f"deadletter:{original.pk}",
+            count=1,
+            detail=f"edited copy {copy.pk} of dead letter {original.pk}",
+        )
+    operation = plan_operation(kind=OperationKind.EDIT_RETRY, filter={"ids": [copy.pk]}, actor=actor)
+    return start_operation(operation=operation, actor=actor)
+
+
+# Upkeep (Celery beat) ----------------------------------------------------------------------------------------
+
+
+def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
+    """Hand every active operation whose worker went quiet (killed, or its task lost) to a live worker."""
+    now = now or timezone.now()
+    stale = (
+        Operation.objects.stale(now=now, stale_after=dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS))
+        .exclude(status=OperationStatus.CANARY, canary_until__gt=now)
+        .order_by("pk")
+    )
+    requeued = list(stale.values_list("pk", flat=True))
+    for operation in Operation.objects.filter(pk__in=requeued):
+        logger.info("operation %s has no live worker; requeueing it", operation.pk)
+        enqueue_run(operation)
+    return requeued
+
+
+def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
+    """Delete dead letters archived longer than DLQ_ARCHIVE_RETENTION_DAYS; the audit log keeps the count."""
+    now = now or timezone.now()
+    cutoff = now - dt.timedelta(days=settings.DLQ_ARCHIVE_RETENTION_DAYS)
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                DeadLetter.objects.select_for_update(skip_locked=True)
+                .filter(status=DeadLetterStatus.ARCHIVED, status_changed_at__lt=cutoff)
+                .order_by("pk")
+                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")[:batch_size]
+            )
+            if not rows:
+                break
+            delete_dead_letters(ids=[row[0] for row in rows])
+            count_status_change([CountedRow(*row[1:]) for row in rows], to_status=None)
+        deleted += len(rows)
+    if deleted:
+        record_audit(
+            actor=None,
+            action="archive.retention",
+            filter={"status": [DeadLetterStatus.ARCHIVED], "until": cutoff.isoformat()},
+            count=deleted,
+            detail=f"deleted dead letters archived more than {settings.DLQ_ARCHIVE_RETENTION_DAYS} days ago",
+        )
+    return deleted
