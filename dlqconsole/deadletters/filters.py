@@ -12,7 +12,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import F, Lookup, Q
+from django.db.models.sql.compiler import SQLCompiler
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -26,6 +27,27 @@ MAX_IDS = 10000
 
 class FilterError(ValueError):
     pass
+
+
+class BytesContains(Lookup):  # type: ignore[type-arg]
+    """True when a binary column contains the given bytes.
+
+    Django's `contains` on a BinaryField compares the column cast to text with LIKE, which on PostgreSQL
+    searches the hex form of the bytea and never finds a payload; this compares bytes with bytes instead
+    (position() on bytea, instr() on SQLite blobs), with no LIKE wildcards to escape.
+    """
+
+    lookup_name = "bytes_contains"
+
+    def as_sql(self, compiler: SQLCompiler, connection: Any) -> Any:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"instr({lhs}, {rhs}) > 0", [*lhs_params, *rhs_params]
+
+    def as_postgresql(self, compiler: SQLCompiler, connection: Any) -> Any:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        return f"position({rhs} in {lhs}) > 0", [*rhs_params, *lhs_params]
 
 
 @dataclass
@@ -156,7 +178,7 @@ class DeadLetterFilter:
             found = found.filter(Q(error_message__icontains=self.text) | Q(error_type__icontains=self.text))
         if self.payload:
             # Bodies are bytes; search the UTF-8 form of the text. Fine for filters, slow on huge sets by nature.
-            found = found.filter(body__contains=self.payload.encode())  # type: ignore[misc]
+            found = found.filter(BytesContains(F("body"), self.payload.encode()))
         return found
 
 

@@ -1,13 +1,561 @@
+"""Pages for browsing and triage: dashboard, patterns, messages, one message.
+
+Each page answers a normal request with the whole page and an htmx request with the partial it refreshes
+(Django's template partials, `template#name`). Writes go through services and are checked for the role here.
+"""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import datetime as dt
+from typing import Any
 
-from dlqconsole.deadletters.models import DeadLetterCount, DeadLetterStatus
+from django.contrib import messages
+from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
+
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.core import jsonsafe
+from dlqconsole.deadletters import exports, selectors
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
+from dlqconsole.deadletters.forms import EditForm
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    DeadLetterCount,
+    DeadLetterStatus,
+    FailurePattern,
+    FailureReason,
+    PatternStatus,
+)
+from dlqconsole.deadletters.payload import (
+    body_as_text,
+    death_timeline,
+    header_rows,
+    headers_as_json,
+    show_body,
+    unified_diff,
+)
+
+PAGE_SIZE = 50
+
+
+class HtmxHttpRequest(HttpRequest):
+    """What HtmxMiddleware makes of every request (for the type checker)."""
+
+    htmx: HtmxDetails
+
+
+PATTERN_PAGE_SIZE = 100
+PATTERN_SORTS = {
+    "waiting": ("-waiting", "-last_seen_at"),
+    "total": ("-total_count", "-last_seen_at"),
+    "last_seen": ("-last_seen_at",),
+    "first_seen": ("-first_seen_at",),
+    "oldest": ("first_seen_at",),
+}
+
+
+def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
+    return f"{template}#{name}" if request.htmx else template
 
 
 @require_GET
-def dashboard(request: HttpRequest) -> HttpResponse:
-    parked = DeadLetterCount.objects.filter(status=DeadLetterStatus.PARKED, count__gt=0)
-    return render(request, "deadletters/dashboard.html", {"parked_cells": parked})
+@vary_on_headers("HX-Request")
+def dashboard(request: HtmxHttpRequest) -> HttpResponse:
+    now = timezone.now()
+    queues = selectors.queue_summaries()
+    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
+    oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
+    newest = [queue.newest_at for queue in queues if queue.newest_at]
+    context = {
+        "now": now,
+        "queues": queues,
+        "waiting": sum(queue.parked + queue.scheduled for queue in queues),
+        "parked": sum(queue.parked for queue in queues),
+        "oldest_at": min(oldest) if oldest else None,
+        "newest_at": max(newest) if newest else None,
+        "day": day,
+        "hour": hour,
+        "day_total": sum(count for _, count in day),
+        "hour_total": sum(count for _, count in hour),
+        "top_patterns": selectors.top_patterns(limit=10, now=now),
+        "backpressure": selectors.backpressure(),
+        "alerts": selectors.firing_alerts(),
+        "operations": selectors.running_operations(),
+    }
+    return render(request, _partial(request, "deadletters/dashboard.html", "panels"), context)
+
+
+# Patterns ------------------------------------------------------------------------------------------------------
+
+
+def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySet[FailurePattern], dict[str, str]]:
+    chosen = {
+        "status": query.get("status", ""),
+        "reason": query.get("reason", ""),
+        "queue": query.get("queue", ""),
+        "q": query.get("q", "").strip(),
+        "owner": query.get("owner", ""),
+        "sort": query.get("sort", "waiting") if query.get("sort") in PATTERN_SORTS else "waiting",
+    }
+    waiting = (
+        DeadLetterCount.objects.filter(pattern=OuterRef("pk"), status__in=selectors.WAITING)
+        .values("pattern")
+        .annotate(total=Sum("count"))
+        .values("total")
+    )
+    patterns = FailurePattern.objects.active().select_related("owner").annotate(waiting=Coalesce(Subquery(waiting), 0))
+    if chosen["status"] == "active":
+        patterns = patterns.exclude(status__in=[PatternStatus.RESOLVED, PatternStatus.IGNORED])
+    elif chosen["status"] in PatternStatus.values:
+        patterns = patterns.filter(status=chosen["status"])
+    if chosen["reason"] in FailureReason.values:
+        patterns = patterns.filter(failure_reason=chosen["reason"])
+    if chosen["queue"]:
+        in_queue = DeadLetterCount.objects.filter(source_queue=chosen["queue"], count__gt=0).values("pattern_id")
+        patterns = patterns.filter(pk__in=in_queue)
+    if chosen["q"]:
+        patterns = patterns.filter(Q(template__icontains=chosen["q"]) | Q(error_type__icontains=chosen["q"]))
+    if chosen["owner"] == "me":
+        patterns = patterns.filter(owner_id=user_id)
+    elif chosen["owner"] == "none":
+        patterns = patterns.filter(owner__isnull=True)
+    return patterns.order_by(*PATTERN_SORTS[chosen["sort"]], "-id"), chosen
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
+    patterns, chosen = _pattern_queryset(request.GET, user_id=request.user.pk)
+    try:
+        page = max(int(request.GET.get("page", "1")), 1)
+    except ValueError:
+        page = 1
+    # Patterns number in the hundreds, not millions: a plain offset page is cheap here.
+    start = (page - 1) * PATTERN_PAGE_SIZE
+    rows = list(patterns[start : start + PATTERN_PAGE_SIZE + 1])
+    has_next = len(rows) > PATTERN_PAGE_SIZE
+    rows = rows[:PATTERN_PAGE_SIZE]
+    ids = [pattern.pk for pattern in rows]
+    _, queues = selectors.waiting_by_pattern(ids)
+    trends = selectors.pattern_trends(pattern_ids=ids, width=dt.timedelta(hours=1), buckets=24)
+    summaries = [
+        selectors.PatternSummary(
+            pattern=pattern,
+            parked=getattr(pattern, "waiting", 0),
+            queues=queues.get(pattern.pk, []),
+            trend=trends.get(pattern.pk, []),
+        )
+        for pattern in rows
+    ]
+    context = {
+        "summaries": summaries,
+        "chosen": chosen,
+        "page": page,
+        "has_next": has_next,
+        "query_without_page": _query_without(request.GET, "page"),
+        "statuses": PatternStatus.choices,
+        "reasons": FailureReason.choices,
+        "known_queues": _known_queues(),
+        "sorts": [(key, key.replace("_", " ")) for key in PATTERN_SORTS],
+        "pattern_actions": PATTERN_ACTIONS,
+        "back_url": request.get_full_path(),
+    }
+    return render(request, _partial(request, "deadletters/patterns.html", "table"), context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
+    cells = list(
+        DeadLetterCount.objects.filter(pattern=pattern, count__gt=0).order_by(
+            "source_queue", "status", "failure_reason"
+        )
+    )
+    trend = selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[pattern.pk]
+    context = {
+        "pattern": pattern,
+        "cells": cells,
+        "waiting": sum(cell.count for cell in cells if cell.status in selectors.WAITING),
+        "trend": trend,
+        "events": list(pattern.events.select_related("actor")[:50]),
+        "absorbed": list(pattern.absorbed.all()[:50]),
+        "recent": list(
+            DeadLetter.objects.filter(pattern=pattern)
+            .visible()
+            .order_by("-id")
+            .only("id", "source_queue", "error_message", "status", "ingested_at", "failure_reason")[:10]
+        ),
+        "pattern_actions": PATTERN_ACTIONS,
+        "back_url": request.get_full_path(),
+    }
+    return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
+
+
+# Messages ------------------------------------------------------------------------------------------------------
+
+
+def _query_without(query: QueryDict, *names: str) -> str:
+    kept = query.copy()
+    for name in names:
+        kept.pop(name, None)
+    return kept.urlencode()
+
+
+def _known_queues() -> list[str]:
+    return sorted(set(DeadLetterCount.objects.filter(count__gt=0).values_list("source_queue", flat=True)))
+
+
+def _parse_cursor(value: str | None) -> int | None:
+    if not value:
+        return None
+    try:
+        cursor = int(value)
+    except ValueError:
+        return None
+    return cursor if cursor > 0 else None
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def message_list(request: HtmxHttpRequest) -> HttpResponse:
+    error = ""
+    try:
+        chosen = DeadLetterFilter.from_querydict(request.GET)
+        found = chosen.apply()
+    except FilterError as problem:
+        error = str(problem)
+        chosen = DeadLetterFilter()
+        found = DeadLetter.objects.none()
+    before = _parse_cursor(request.GET.get("before"))
+    after = _parse_cursor(request.GET.get("after"))
+    columns = (
+        "id",
+        "source_queue",
+        "original_queue",
+        "failure_reason",
+        "error_type",
+        "error_message",
+        "status",
+        "attempt_count",
+        "priority",
+        "host",
+        "app_version",
+        "ingested_at",
+        "pattern_id",
+        "replay_count",
+        "body_size",
+    )
+    # Keyset pages: newest first; "before" walks to older rows, "after" back to newer ones. Never OFFSET.
+    if after is not None:
+        rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
+        more_newer = len(rows) > PAGE_SIZE
+        rows = list(reversed(rows[:PAGE_SIZE]))
+        more_older = bool(rows)
+    else:
+        page = found.filter(pk__lt=before) if before is not None else found
+        rows = list(page.order_by("-id").only(*columns)[: PAGE_SIZE + 1])
+        more_older = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        more_newer = before is not None
+    patterns = FailurePattern.objects.in_bulk({row.pattern_id for row in rows})
+    for row in rows:
+        row.pattern_cached = patterns.get(row.pattern_id)  # type: ignore[attr-defined]
+    base = _query_without(request.GET, "before", "after")
+    filter_query = QueryDict(mutable=True)
+    for name, value in chosen.to_dict().items():
+        if isinstance(value, list):
+            filter_query.setlist(name, [str(item) for item in value])
+        else:
+            filter_query[name] = str(value)
+    context = {
+        "rows": rows,
+        "error": error,
+        "chosen": chosen,
+        "filter_query": filter_query.urlencode(),
+        "filter_items": list(filter_query.lists()),
+        "older_query": f"{base}&before={rows[-1].pk}" if rows and more_older else "",
+        "newer_query": f"{base}&after={rows[0].pk}" if rows and more_newer else "",
+        "first_query": base,
+        "reasons": FailureReason.choices,
+        "statuses": DeadLetterStatus.choices,
+        "known_queues": _known_queues(),
+        "filtered_pattern": FailurePattern.objects.filter(pk__in=chosen.pattern).first() if chosen.pattern else None,
+        "page_size": PAGE_SIZE,
+    }
+    return render(request, _partial(request, "deadletters/messages.html", "results"), context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
+    body = bytes(dead_letter.body)
+    context = {
+        "letter": dead_letter,
+        "shown": show_body(
+            body=body, content_type=dead_letter.content_type, content_encoding=dead_letter.content_encoding
+        ),
+        "headers": header_rows(dead_letter.headers),
+        "properties": header_rows(dead_letter.properties),
+        "timeline": death_timeline(dead_letter.x_death),
+        "ancestors": _ancestors(dead_letter),
+        "boomerangs": list(
+            dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
+        ),
+        "edits": list(dead_letter.edits.order_by("id").only("id", "status", "ingested_at")[:50]),
+        "history": _operation_history(dead_letter),
+        "kinds": _actions_for(request, dead_letter),
+    }
+    return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
+
+
+def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
+    """The records this one was replayed from, nearest first (a bounded walk: links can only point back)."""
+    chain: list[DeadLetter] = []
+    current = dead_letter.previous
+    seen = {dead_letter.pk}
+    while current is not None and current.pk not in seen and len(chain) < limit:
+        chain.append(current)
+        seen.add(current.pk)
+        current = current.previous
+    return chain
+
+
+def _operation_history(dead_letter: DeadLetter) -> list[Any]:
+    try:
+        from dlqconsole.operations.models import OperationItem
+    except ImportError:
+        return []
+    return list(
+        OperationItem.objects.filter(dead_letter_id=dead_letter.pk).select_related("operation").order_by("-id")[:50]
+    )
+
+
+def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tuple[str, str]]:
+    """The operation kinds this user may start on this message (the plan page checks again)."""
+    kinds: list[tuple[str, str]] = []
+    if has_role(request.user, OPERATOR):
+        if dead_letter.status == DeadLetterStatus.ARCHIVED:
+            kinds.append(("restore", "Restore"))
+        else:
+            kinds += [("retry", "Retry"), ("move", "Move"), ("archive", "Archive")]
+    if has_role(request.user, ADMIN):
+        kinds.append(("purge", "Purge"))
+    return kinds
+
+
+@require_GET
+def message_body(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The raw body as a download; never rendered by the browser (attachment, octet-stream, nosniff)."""
+    dead_letter = get_object_or_404(DeadLetter.objects.only("id", "body"), pk=pk)
+    response = HttpResponse(bytes(dead_letter.body), content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="dead-letter-{dead_letter.pk}.bin"'
+    return response
+
+
+# Exports -------------------------------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def message_export(request: HtmxHttpRequest) -> HttpResponseBase:
+    """Stream the filtered set as CSV or JSON lines; past EXPORT_STREAM_LIMIT rows, offer a background job."""
+    query = request.GET if request.method == "GET" else request.POST
+    export_format = query.get("format", "csv")
+    if export_format not in exports.FORMATS:
+        raise Http404("Unknown export format.")
+    try:
+        chosen = DeadLetterFilter.from_querydict(query)
+    except FilterError as problem:
+        messages.error(request, str(problem))
+        return redirect("deadletters:messages")
+    if request.method == "POST":
+        token = exports.start_export(filter=chosen.to_dict(), export_format=export_format, user=request.user)
+        return redirect("deadletters:export-status", name=token)
+    if exports.is_large(chosen):
+        return render(
+            request,
+            "deadletters/export_large.html",
+            {"format": export_format, "filter_items": query.lists(), "limit": exports.STREAM_LIMIT},
+        )
+    record_audit(actor=request.user, action="export", target=f"messages.{export_format}", filter=chosen.to_dict())
+    return exports.streaming_response(chosen, export_format=export_format)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def export_status(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
+    found = exports.find_export(name=name, user=request.user)
+    if found is None:
+        raise Http404("No such export.")
+    if found.state == "ready" and request.GET.get("download"):
+        return FileResponse(found.path.open("rb"), as_attachment=True, filename=found.download_name)
+    response = render(
+        request, _partial(request, "deadletters/export_status.html", "state"), {"export": found, "name": name}
+    )
+    if request.htmx and found.state != "running":
+        response.status_code = 286  # htmx: stop polling
+    return response
+
+
+# Triage (writes go through the pattern services) -----------------------------------------------------------
+
+PATTERN_ACTIONS = [
+    (PatternStatus.ACKNOWLEDGED, "Acknowledge"),
+    (PatternStatus.RESOLVED, "Resolve"),
+    (PatternStatus.IGNORED, "Ignore"),
+    (PatternStatus.OPEN, "Reopen"),
+]
+
+
+def _back(request: HtmxHttpRequest, fallback: str) -> str:
+    """Where a non-htmx POST returns to: the page it came from when that is a local path."""
+    target = request.POST.get("next", "")
+    if target.startswith("/") and not target.startswith("//"):
+        return target
+    return fallback
+
+
+def _pattern_fragment(
+    request: HtmxHttpRequest, pattern: FailurePattern, *, back_url: str, fragment: str
+) -> HttpResponse:
+    """After a triage change: the row of the patterns table, or the summary card of the pattern page."""
+    if fragment == "summary":
+        return pattern_detail_fragment(request, pattern, back_url=back_url)
+    counts, queues = selectors.waiting_by_pattern([pattern.pk])
+    trend = selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)
+    row = selectors.PatternSummary(
+        pattern=pattern, parked=counts.get(pattern.pk, 0), queues=queues.get(pattern.pk, []), trend=trend[pattern.pk]
+    )
+    context = {"row": row, "pattern_actions": PATTERN_ACTIONS, "back_url": back_url}
+    return render(request, "deadletters/patterns.html#row", context)
+
+
+def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *, back_url: str) -> HttpResponse:
+    cells = DeadLetterCount.objects.filter(pattern=pattern, status__in=selectors.WAITING, count__gt=0)
+    context = {
+        "pattern": pattern,
+        "waiting": sum(cell.count for cell in cells),
+        "trend": selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[
+            pattern.pk
+        ],
+        "pattern_actions": PATTERN_ACTIONS,
+        "back_url": back_url,
+    }
+    return render(request, "deadletters/pattern_detail.html#summary", context)
+
+
+@require_POST
+def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    from dlqconsole.deadletters.services import PatternError, set_pattern_status
+
+    require_role(request.user, OPERATOR)
+    pattern = get_object_or_404(FailurePattern, pk=pk)
+    status = request.POST.get("status", "")
+    back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
+    try:
+        set_pattern_status(pattern=pattern, status=status, actor=request.user)
+    except PatternError as problem:
+        if request.htmx:
+            return HttpResponse(str(problem), status=400, content_type="text/plain; charset=utf-8")
+        messages.error(request, str(problem))
+        return redirect(back_url)
+    pattern.refresh_from_db()
+    if request.htmx:
+        return _pattern_fragment(request, pattern, back_url=back_url, fragment=request.POST.get("fragment", "row"))
+    messages.success(request, f"Pattern #{pattern.pk} is now {pattern.get_status_display().lower()}.")
+    return redirect(back_url)
+
+
+@require_POST
+def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    from dlqconsole.deadletters.services import PatternError, assign_pattern
+
+    require_role(request.user, OPERATOR)
+    pattern = get_object_or_404(FailurePattern, pk=pk)
+    back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
+    owner = request.user if request.POST.get("take") else None
+    try:
+        assign_pattern(pattern=pattern, owner=owner, note=request.POST.get("note", pattern.note), actor=request.user)
+    except PatternError as problem:
+        messages.error(request, str(problem))
+        return redirect(back_url)
+    pattern.refresh_from_db()
+    if request.htmx:
+        return _pattern_fragment(request, pattern, back_url=back_url, fragment="summary")
+    messages.success(request, f"Pattern #{pattern.pk} saved.")
+    return redirect(back_url)
+
+
+@require_POST
+def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
+    from dlqconsole.deadletters.services import PatternError, merge_patterns
+
+    require_role(request.user, OPERATOR)
+    back_url = _back(request, reverse("deadletters:patterns"))
+    try:
+        target_id = int(request.POST.get("target", ""))
+        source_ids = sorted({int(value) for value in request.POST.getlist("sources")} - {target_id})
+    except ValueError:
+        messages.error(request, "Choose the patterns to merge and the one to merge them into.")
+        return redirect(back_url)
+    target = get_object_or_404(FailurePattern, pk=target_id)
+    sources = list(FailurePattern.objects.filter(pk__in=source_ids))
+    if not sources:
+        messages.error(request, "Tick at least one pattern other than the target.")
+        return redirect(back_url)
+    try:
+        merge_patterns(sources=sources, target=target, actor=request.user)
+    except PatternError as problem:
+        messages.error(request, str(problem))
+        return redirect(back_url)
+    messages.success(request, f"Merged {len(sources)} pattern(s) into #{target.pk}.")
+    return redirect(back_url)
+
+
+# Edit and retry ------------------------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Edit a copy of the payload and headers, see the diff, send it; the original is kept and linked."""
+    require_role(request.user, OPERATOR)
+    dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern"), pk=pk)
+    original_body = body_as_text(bytes(dead_letter.body))
+    original_headers = headers_as_json(dead_letter.headers)
+    if request.method == "GET" or original_body is None:
+        form = EditForm(initial={"body": original_body or "", "headers": original_headers})
+    else:
+        form = EditForm(request.POST)
+    context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "form": form}
+    if request.method == "GET" or original_body is None:
+        return render(request, "deadletters/message_edit.html", context)
+    if not form.is_valid():
+        return render(request, "deadletters/message_edit.html", context, status=400)
+    body: str = form.cleaned_data["body"]
+    headers: dict[str, Any] = form.cleaned_data["headers"]
+    context["body_diff"] = unified_diff(original_body, body, name="payload")
+    context["headers_diff"] = unified_diff(original_headers, headers_as_json(headers), name="headers")
+    context["unchanged"] = not context["body_diff"] and not context["headers_diff"]
+    if request.POST.get("action") != "send":
+        return render(request, "deadletters/message_edit.html", context)
+    from dlqconsole.operations.services import OperationError, edit_and_retry
+
+    try:
+        result = edit_and_retry(
+            dead_letter=dead_letter, body=body.encode("utf-8"), headers=jsonsafe.decode(headers), actor=request.user
+        )
+    except OperationError as problem:
+        form.add_error(None, str(problem))
+        return render(request, "deadletters/message_edit.html", context, status=400)
+    messages.success(request, "The edited copy was sent; the original is kept.")
+    return redirect("operations:detail", pk=result.pk)

@@ -7,4 +7,11 @@ from dlqconsole.operations import views
 app_name = "operations"
 urlpatterns = [
     path("", views.operations_list, name="list"),
+    path("plan/", views.operation_plan, name="plan"),
+    path("<int:pk>/", views.operation_detail, name="detail"),
+    path("<int:pk>/start/", views.operation_start, name="start"),
+    path("<int:pk>/pause/", views.operation_pause, name="pause"),
+    path("<int:pk>/resume/", views.operation_resume, name="resume"),
+    path("<int:pk>/cancel/", views.operation_cancel, name="cancel"),
+    path("<int:pk>/rate/", views.operation_rate, name="rate"),
 ]

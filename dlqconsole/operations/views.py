@@ -1,10 +1,283 @@
+"""Pages for bulk recovery: plan an operation from a filter, confirm it, watch it run, steer it, see history.
+
+The views parse input, check the role, call one operations service and answer with the page, or with the
+fragment htmx asked for. Purge needs the admin role; every other kind the operator role.
+"""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Sum
+from django.http import HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseStopPolling
+
+from dlqconsole.accounts.roles import require_role
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
+from dlqconsole.deadletters.models import DeadLetterCount, FailurePattern
+from dlqconsole.deadletters.views import HtmxHttpRequest
+from dlqconsole.operations import services
+from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, eligible_statuses
+
+HISTORY_PAGE_SIZE = 50
+
+PLANNABLE_KINDS = (
+    OperationKind.RETRY,
+    OperationKind.MOVE,
+    OperationKind.ARCHIVE,
+    OperationKind.RESTORE,
+    OperationKind.PURGE,
+)
+RATE_CHOICES = [("", "no limit"), ("10/1s", "10 per second"), ("50/1s", "50 per second"), ("200/1s", "200 per second")]
+CANARY_CHOICES = [0, 10, 100]
+
+
+def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
+    return f"{template}#{name}" if request.htmx else template
+
+
+def require_kind_role(user: Any, kind: str) -> None:
+    """Purge destroys messages for good: admins only. The other kinds recover them: operators."""
+    require_role(user, services.required_role(kind))
+
+
+def _filter_from(query: QueryDict) -> DeadLetterFilter:
+    """The filter of a plan: the ticked rows, or everything matching the filter when scope is "all"."""
+    chosen = DeadLetterFilter.from_querydict(query)
+    if query.get("scope") == "all":
+        chosen.ids = []
+    elif query.get("scope") == "selected" and not chosen.ids:
+        raise FilterError("Tick at least one message, or choose all matching this filter.")
+    return chosen
+
+
+def estimate(chosen: DeadLetterFilter, *, kind: str) -> int | None:
+    """How many dead letters the operation would take, from the counters, when the filter only names counted
+    fields (pattern, source queue, reason, status); None when only the plan itself can tell."""
+    used = set(chosen.to_dict())
+    statuses = eligible_statuses(kind, chosen.status)
+    if used <= {"ids", "status"} and chosen.ids:
+        return None
+    if not used <= {"pattern", "queue", "reason", "status"}:
+        return None
+    cells = DeadLetterCount.objects.filter(status__in=statuses)
+    if chosen.pattern:
+        cells = cells.filter(pattern_id__in=chosen.pattern)
+    if chosen.reason:
+        cells = cells.filter(failure_reason__in=chosen.reason)
+    if chosen.queue:
+        # The counters know source queues only; a filter naming an original queue cannot be estimated here.
+        known = DeadLetterCount.objects.filter(source_queue__in=chosen.queue).values_list("source_queue", flat=True)
+        if set(known) != set(chosen.queue):
+            return None
+        cells = cells.filter(source_queue__in=chosen.queue)
+    return int(cells.aggregate(total=Sum("count"))["total"] or 0)
+
+
+@require_http_methods(["GET", "POST"])
+def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
+    """GET: the choices for a new operation over a filter. POST: freeze the plan and show it for confirmation."""
+    query = request.GET if request.method == "GET" else request.POST
+    kind = query.get("kind", "")
+    if kind not in PLANNABLE_KINDS:
+        messages.error(request, "Choose what to do: retry, move, archive, restore or purge.")
+        return redirect("deadletters:messages")
+    require_kind_role(request.user, kind)
+    error = ""
+    try:
+        chosen = _filter_from(query)
+    except FilterError as problem:
+        error = str(problem)
+        chosen = DeadLetterFilter()
+    if chosen.is_empty() and not error:
+        error = "An operation needs a filter; an empty one would touch every dead letter."
+    context = {
+        "kind": kind,
+        "kind_label": OperationKind(kind).label,
+        "chosen": chosen,
+        "filter_items": _filter_items(chosen),
+        "estimate": estimate(chosen, kind=kind) if not error else None,
+        "patterns": FailurePattern.objects.filter(pk__in=chosen.pattern[:20]) if chosen.pattern else [],
+        "rate_choices": RATE_CHOICES,
+        "canary_choices": CANARY_CHOICES,
+        "values": {
+            "rate": query.get("rate", ""),
+            "canary_size": query.get("canary_size", "0"),
+            "target_queue": query.get("target_queue", ""),
+            "target_exchange": query.get("target_exchange", ""),
+            "target_routing_key": query.get("target_routing_key", ""),
+            "limit": query.get("limit", ""),
+        },
+        "error": error,
+    }
+    if request.method == "GET" or error:
+        return render(
+            request, "operations/plan.html", context, status=400 if error and request.method == "POST" else 200
+        )
+    try:
+        canary_size = int(query.get("canary_size") or 0)
+        limit = int(query["limit"]) if query.get("limit") else None
+    except ValueError:
+        context["error"] = "Canary size and limit must be whole numbers."
+        return render(request, "operations/plan.html", context, status=400)
+    try:
+        operation = services.plan_operation(
+            kind=kind,
+            filter=chosen.to_dict(),
+            actor=request.user,
+            target_queue=query.get("target_queue", "").strip(),
+            target_exchange=query.get("target_exchange", "").strip(),
+            target_routing_key=query.get("target_routing_key", "").strip(),
+            rate=query.get("rate", "").strip(),
+            canary_size=canary_size,
+            limit=limit,
+        )
+    except (services.OperationError, FilterError) as problem:
+        context["error"] = str(problem)
+        return render(request, "operations/plan.html", context, status=400)
+    return redirect("operations:detail", pk=operation.pk)
+
+
+def _filter_items(chosen: DeadLetterFilter) -> list[tuple[str, str]]:
+    items = []
+    for name, value in chosen.to_dict().items():
+        for item in value if isinstance(value, list) else [value]:
+            items.append((name, str(item)))
+    return items
 
 
 @require_GET
-def operations_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "operations/list.html", {})
+@vary_on_headers("HX-Request")
+def operations_list(request: HtmxHttpRequest) -> HttpResponse:
+    operations = Operation.objects.select_related("created_by").order_by("-id")
+    status = request.GET.get("status", "")
+    if status == "unfinished":
+        operations = operations.unfinished()
+    elif status in OperationStatus.values:
+        operations = operations.filter(status=status)
+    kind = request.GET.get("kind", "")
+    if kind in OperationKind.values:
+        operations = operations.filter(kind=kind)
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        operations = operations.filter(pk__lt=int(before))
+    rows = list(operations[: HISTORY_PAGE_SIZE + 1])
+    more = len(rows) > HISTORY_PAGE_SIZE
+    rows = rows[:HISTORY_PAGE_SIZE]
+    kept = request.GET.copy()
+    kept.pop("before", None)
+    context = {
+        "operations": rows,
+        "older_query": f"{kept.urlencode()}&before={rows[-1].pk}" if more and rows else "",
+        "status": status,
+        "kind": kind,
+        "statuses": OperationStatus.choices,
+        "kinds": OperationKind.choices,
+        "unfinished": any(not operation.is_finished for operation in rows),
+    }
+    return render(request, _partial(request, "operations/list.html", "table"), context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation.objects.select_related("created_by"), pk=pk)
+    context = _detail_context(operation)
+    if request.htmx:
+        response = render(request, "operations/detail.html#progress", context)
+        if operation.is_finished:
+            # 286 tells htmx to stop polling; the final state is still swapped in.
+            response.status_code = HttpResponseStopPolling.status_code
+        return response
+    return render(request, "operations/detail.html", context)
+
+
+def _detail_context(operation: Operation) -> dict[str, Any]:
+    breakdown = operation.breakdown or {}
+    return {
+        "operation": operation,
+        "finished": operation.is_finished,
+        "queues": sorted((breakdown.get("queue") or {}).items(), key=lambda item: -int(item[1])),
+        "patterns": list(breakdown.get("pattern") or []),
+        "destinations": sorted((breakdown.get("destination") or {}).items(), key=lambda item: -int(item[1])),
+        "unreplayable": sorted((operation.unreplayable_reasons or {}).items(), key=lambda item: -int(item[1])),
+        "rate_choices": RATE_CHOICES,
+        "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
+    }
+
+
+def _control_response(request: HtmxHttpRequest, operation: Operation, done: str) -> HttpResponse:
+    operation.refresh_from_db()
+    if request.htmx:
+        return render(request, "operations/detail.html#progress", _detail_context(operation))
+    messages.success(request, done)
+    return redirect("operations:detail", pk=operation.pk)
+
+
+def _control_error(request: HtmxHttpRequest, operation: Operation, problem: Exception) -> HttpResponse:
+    if request.htmx:
+        context = _detail_context(operation)
+        context["control_error"] = str(problem)
+        return render(request, "operations/detail.html#progress", context, status=409)
+    messages.error(request, str(problem))
+    return redirect("operations:detail", pk=operation.pk)
+
+
+@require_POST
+def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation, pk=pk)
+    require_kind_role(request.user, operation.kind)
+    try:
+        services.start_operation(operation=operation, actor=request.user)
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, "Started.")
+
+
+@require_POST
+def operation_pause(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation, pk=pk)
+    require_kind_role(request.user, operation.kind)
+    try:
+        services.pause_operation(operation=operation, actor=request.user)
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, "Paused.")
+
+
+@require_POST
+def operation_resume(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation, pk=pk)
+    require_kind_role(request.user, operation.kind)
+    try:
+        services.resume_operation(operation=operation, actor=request.user)
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, "Resumed.")
+
+
+@require_POST
+def operation_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation, pk=pk)
+    require_kind_role(request.user, operation.kind)
+    try:
+        services.cancel_operation(operation=operation, actor=request.user)
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, "Cancelled.")
+
+
+@require_POST
+def operation_rate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    operation = get_object_or_404(Operation, pk=pk)
+    require_kind_role(request.user, operation.kind)
+    rate = request.POST.get("rate", "").strip()
+    try:
+        services.change_rate(operation=operation, rate=rate, actor=request.user)
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, f"Rate set to {rate or 'no limit'}.")

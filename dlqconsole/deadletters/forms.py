@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from dlqconsole.core import jsonsafe
+
+MAX_BODY_CHARACTERS = 5 * 1024 * 1024
+
+
+class EditForm(forms.Form):
+    """The edited copy of a dead letter: a UTF-8 payload and the headers as JSON (the tagged form of jsonsafe,
+    so bytes, timestamps and decimals survive the round trip)."""
+
+    body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 16}))
+    headers = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 10}))
+
+    def clean_body(self) -> str:
+        body = self.cleaned_data["body"].replace("\r\n", "\n")
+        if len(body) > MAX_BODY_CHARACTERS:
+            raise forms.ValidationError("The payload is too large to edit here.")
+        return body
+
+    def clean_headers(self) -> dict[str, Any]:
+        text = self.cleaned_data["headers"].strip() or "{}"
+        try:
+            headers = json.loads(text)
+        except ValueError as error:
+            raise forms.ValidationError(f"Headers must be a JSON object: {error}") from None
+        if not isinstance(headers, dict):
+            raise forms.ValidationError("Headers must be a JSON object.")
+        if any(
+            name.lower() == "x-death" or name.lower().startswith(("x-first-death", "x-last-death")) for name in headers
+        ):
+            raise forms.ValidationError("Death headers are stripped on replay; leave them out.")
+        try:
+            jsonsafe.decode(headers)
+        except (ValueError, TypeError) as error:
+            raise forms.ValidationError(f"A tagged value could not be read: {error}") from None
+        return headers

@@ -1,0 +1,197 @@
+"""How a dead letter's body and headers are shown: JSON pretty-printed, else text, else a hex dump.
+
+Everything returned here is plain text; templates escape it. Nothing is ever rendered as markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+import zlib
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+
+from dlqconsole.core import jsonsafe
+
+
+@dataclass(frozen=True)
+class ShownBody:
+    kind: str  # "json", "text", "hex" or "empty"
+    text: str
+    truncated: bool
+    size: int
+    note: str = ""
+
+
+def show_body(*, body: bytes, content_type: str = "", content_encoding: str = "") -> ShownBody:
+    limit = settings.DLQ_BODY_PREVIEW_BYTES
+    size = len(body)
+    if not body:
+        return ShownBody(kind="empty", text="", truncated=False, size=0)
+    note = ""
+    if content_encoding.lower() in ("gzip", "deflate"):
+        inflated = _inflate(body, limit=limit * 4)
+        if inflated is not None:
+            body = inflated
+            note = f"decompressed from {content_encoding}"
+    truncated = len(body) > limit
+    preview = body[:limit]
+    if not truncated:
+        try:
+            parsed = json.loads(body)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            if isinstance(parsed, dict | list) or "json" in content_type.lower():
+                return ShownBody(
+                    kind="json",
+                    text=json.dumps(parsed, indent=2, ensure_ascii=False),
+                    truncated=False,
+                    size=size,
+                    note=note,
+                )
+    try:
+        text = preview.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # A cut in the middle of a character at the preview limit is still text.
+        if truncated and error.start >= len(preview) - 3:
+            text = preview[: error.start].decode("utf-8")
+        else:
+            return ShownBody(kind="hex", text=hex_dump(preview), truncated=truncated, size=size, note=note)
+    if _mostly_printable(text):
+        return ShownBody(kind="text", text=text, truncated=truncated, size=size, note=note)
+    return ShownBody(kind="hex", text=hex_dump(preview), truncated=truncated, size=size, note=note)
+
+
+def hex_dump(data: bytes, *, width: int = 16) -> str:
+    lines = []
+    for offset in range(0, len(data), width):
+        chunk = data[offset : offset + width]
+        hex_part = " ".join(f"{byte:02x}" for byte in chunk)
+        text_part = "".join(chr(byte) if 32 <= byte < 127 else "." for byte in chunk)
+        lines.append(f"{offset:08x}  {hex_part:<{width * 3}} {text_part}")
+    return "\n".join(lines)
+
+
+def header_rows(headers: Any) -> list[tuple[str, str, str]]:
+    """(name, value as text, type) for each header, in the order received; x-death is shown elsewhere."""
+    decoded = jsonsafe.decode(headers) if isinstance(headers, dict | list) else headers
+    if not isinstance(decoded, dict):
+        return [("(headers)", value_text(decoded), type(decoded).__name__)]
+    return [
+        (str(name), value_text(value), type(value).__name__)
+        for name, value in decoded.items()
+        if str(name).lower() != "x-death"
+    ]
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + value.hex()
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Decimal | int | float | bool) or value is None:
+        return json.dumps(value, default=str)
+    return json.dumps(value, default=_json_default, ensure_ascii=False, indent=None)
+
+
+def death_timeline(x_death: Any) -> list[dict[str, Any]]:
+    """The x-death entries, oldest first (RabbitMQ keeps the newest first), as plain values."""
+    decoded = jsonsafe.decode(x_death) if isinstance(x_death, list | dict) else []
+    if not isinstance(decoded, list):
+        return []
+    entries: list[dict[str, Any]] = []
+    for entry in decoded:
+        if not isinstance(entry, dict):
+            entries.append({"raw": value_text(entry)})
+            continue
+        entries.append(
+            {
+                "time": entry.get("time") if isinstance(entry.get("time"), dt.datetime) else None,
+                "queue": value_text(entry.get("queue", "")) if entry.get("queue") is not None else "",
+                "reason": value_text(entry.get("reason", "")) if entry.get("reason") is not None else "",
+                "exchange": value_text(entry.get("exchange", "")) if entry.get("exchange") is not None else "",
+                "routing_keys": ", ".join(value_text(key) for key in entry.get("routing-keys") or [])
+                if isinstance(entry.get("routing-keys"), list)
+                else value_text(entry.get("routing-keys", "")),
+                "count": entry.get("count"),
+                "extra": {
+                    str(key): value_text(value)
+                    for key, value in entry.items()
+                    if key not in ("time", "queue", "reason", "exchange", "routing-keys", "count")
+                },
+            }
+        )
+    entries.reverse()
+    return entries
+
+
+def headers_as_json(headers: Any) -> str:
+    """Headers as editable JSON (the tagged form of core.jsonsafe, so bytes and timestamps survive an edit)."""
+    shown = (
+        {key: value for key, value in headers.items() if key.lower() != "x-death"}
+        if isinstance(headers, dict)
+        else headers
+    )
+    return json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def body_as_text(body: bytes) -> str | None:
+    """The body as editable text, or None when it is not UTF-8 (such a body cannot be edited in a form)."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _inflate(body: bytes, *, limit: int) -> bytes | None:
+    # Bounded: a small hostile body must not inflate into gigabytes in the web process.
+    try:
+        inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+        return inflater.decompress(body, limit)
+    except zlib.error:
+        return None
+
+
+def _mostly_printable(text: str) -> bool:
+    if not text:
+        return True
+    control = sum(1 for char in text if ord(char) < 32 and char not in "\n\r\t")
+    return control <= len(text) // 100
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value_text(value)
+    return str(value)
+
+
+def unified_diff(before: str, after: str, *, name: str) -> list[tuple[str, str]]:
+    """(kind, line) pairs of a unified diff, kind one of add, del, hunk, same; empty when nothing changed."""
+    lines = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=f"{name} (original)", tofile=f"{name} (edited)", lineterm=""
+    )
+    shown = []
+    for line in lines:
+        if line.startswith(("---", "+++")):
+            continue
+        kind = (
+            "hunk"
+            if line.startswith("@@")
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "same"
+        )
+        shown.append((kind, line))
+    return shown

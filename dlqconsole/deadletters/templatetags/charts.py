@@ -1,0 +1,119 @@
+"""Charts drawn on the server as small inline SVGs: no JavaScript, readable without it, cheap to poll.
+
+Every number is formatted by us and every label goes through `escape`, so nothing from a dead letter can
+become markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from django import template
+from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+
+@register.simple_tag
+def sparkline(values: Sequence[int], width: int = 120, height: int = 24, label: str = "") -> SafeString:
+    """A line of the values (oldest first), scaled to the largest; an empty series draws a flat line."""
+    points = list(values) or [0]
+    peak = max(max(points), 1)
+    step = width / max(len(points) - 1, 1)
+    coordinates = " ".join(
+        f"{index * step:.1f},{height - 1 - (value / peak) * (height - 2):.1f}" for index, value in enumerate(points)
+    )
+    total = sum(points)
+    title = escape(label or f"{total} in the last {len(points)} buckets, peak {max(points)}")
+    return mark_safe(  # noqa: S308  (numbers formatted above, the title escaped)
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{title}"><title>{title}</title>'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coordinates}"/></svg>'
+    )
+
+
+@register.simple_tag
+def bar_chart(
+    buckets: Sequence[tuple[dt.datetime, int]], width: int = 600, height: int = 120, label: str = ""
+) -> SafeString:
+    """Bars of (bucket start, count), with the peak and the time span written on the axes."""
+    if not buckets:
+        return mark_safe('<p class="muted">No data.</p>')
+    counts = [count for _, count in buckets]
+    peak = max(max(counts), 1)
+    top, bottom = 14, 16
+    plot = height - top - bottom
+    slot = width / len(buckets)
+    bar = max(slot - 2, 1)
+    bars = []
+    for index, (start, count) in enumerate(buckets):
+        bar_height = 0 if count == 0 else max(1.0, count / peak * plot)
+        local = timezone.localtime(start)
+        tip = escape(f"{local:%Y-%m-%d %H:%M}: {count}")
+        bars.append(
+            f'<rect x="{index * slot + 1:.1f}" y="{top + plot - bar_height:.1f}" width="{bar:.1f}" '
+            f'height="{bar_height:.1f}"><title>{tip}</title></rect>'
+        )
+    first = timezone.localtime(buckets[0][0])
+    last = timezone.localtime(buckets[-1][0])
+    title = escape(label or f"{sum(counts)} in total")
+    return mark_safe(  # noqa: S308  (numbers formatted above, every text escaped)
+        f'<svg class="bars" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{title}"><title>{title}</title>'
+        f'<text x="0" y="10" class="axis">peak {max(counts)}</text>'
+        f'<line x1="0" x2="{width}" y1="{top + plot + 0.5}" y2="{top + plot + 0.5}" class="base"/>'
+        f"{''.join(bars)}"
+        f'<text x="0" y="{height - 3}" class="axis">{first:%H:%M}</text>'
+        f'<text x="{width}" y="{height - 3}" class="axis" text-anchor="end">{last:%H:%M}</text></svg>'
+    )
+
+
+@register.filter
+def age(moment: dt.datetime | None) -> str:
+    """How long ago, compact: 42s, 7m, 3h 5m, 2d 4h."""
+    if moment is None:
+        return "—"
+    seconds = max(int((timezone.now() - moment).total_seconds()), 0)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{seconds}s"
+
+
+@register.simple_tag
+def percent(part: int | None, whole: int | None) -> int:
+    if not whole:
+        return 0
+    return max(0, min(100, round((part or 0) * 100 / whole)))
+
+
+@register.filter
+def duration(value: dt.timedelta | None) -> str:
+    """A time span, compact: 45s, 12m 5s, 3h 20m."""
+    if value is None:
+        return "—"
+    seconds = max(int(value.total_seconds()), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {seconds}s"
+    return f"{seconds}s"
+
+
+@register.filter
+def stamp(moment: dt.datetime | None) -> str:
+    """A moment in local time, sortable and unambiguous: 2026-11-20 10:00:03."""
+    if moment is None:
+        return "—"
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,329 @@
+"""The browse pages: dashboard, patterns, messages and one message, each as a full page and as its htmx fragment."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
+from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from tests.deadletters.page_world import ingest, letter, many
+
+pytestmark = [pytest.mark.django_db]
+
+HX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def viewer_client(viewer: User) -> Client:
+    client = Client()
+    client.force_login(viewer)
+    return client
+
+
+def test_pages_need_a_login(client: Client) -> None:
+    for url in ("/", "/patterns/", "/messages/", "/operations/"):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.sqlite
+def test_dashboard_shows_parked_per_queue_from_the_counters(viewer_client: Client) -> None:
+    many(3, queue="orders")
+    many(2, queue="billing", error="card declined for customer 7", error_type="CardError")
+    # The page reads the counters, not COUNT(*): a counter changed behind its back shows through.
+    DeadLetterCount.objects.filter(source_queue="billing.dlq").update(count=777)
+
+    page = viewer_client.get("/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<html" in html and 'id="panels"' in html
+    assert "orders.dlq" in html and "billing.dlq" in html
+    assert ">777<" in html
+    assert ">780<" in html  # total parked: 3 + 777
+    assert "card declined for customer &lt;NUM&gt;" in html
+
+
+@pytest.mark.sqlite
+def test_dashboard_fragment_is_only_the_panels(viewer_client: Client) -> None:
+    many(2)
+
+    fragment = viewer_client.get("/", headers=HX)
+
+    html = fragment.content.decode()
+    assert fragment.status_code == 200
+    assert "<html" not in html and "<nav" not in html
+    assert html.strip().startswith('<div id="panels">')
+    assert 'hx-trigger="click, every 10s"' in html
+    assert "HX-Request" in fragment["Vary"]
+
+
+@pytest.mark.sqlite
+def test_arrivals_counts_each_bucket_of_the_window() -> None:
+    now = timezone.now()
+    ingest(letter(), letter(), now=now - dt.timedelta(minutes=1))
+    ingest(letter(), now=now - dt.timedelta(minutes=22))
+    ingest(letter(), now=now - dt.timedelta(hours=3))
+    ingest(letter(), now=now - dt.timedelta(days=3))
+
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
+    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
+
+    assert len(hour) == 12 and len(day) == 24
+    assert hour[-1][1] + hour[-2][1] == 2  # the last minute may straddle a bucket boundary
+    assert sum(count for _, count in hour) == 3
+    assert sum(count for _, count in day) == 4
+    assert all(start.minute % 5 == 0 and start.second == 0 for start, _ in hour)
+
+
+@pytest.mark.sqlite
+def test_pattern_trends_count_arrivals_per_pattern() -> None:
+    now = timezone.now()
+    timeouts = ingest(letter(), letter(), now=now - dt.timedelta(hours=2))
+    declines = ingest(letter(error="card declined", error_type="CardError"), now=now - dt.timedelta(minutes=5))
+
+    trends = selectors.pattern_trends(
+        pattern_ids=[timeouts[0].pattern_id, declines[0].pattern_id], now=now, width=dt.timedelta(hours=1), buckets=24
+    )
+
+    assert sum(trends[timeouts[0].pattern_id]) == 2
+    assert trends[timeouts[0].pattern_id][-3] == 2 or trends[timeouts[0].pattern_id][-2] == 2
+    assert trends[declines[0].pattern_id][-1] + trends[declines[0].pattern_id][-2] == 1
+
+
+@pytest.mark.sqlite
+def test_dashboard_shows_backpressure_levels_from_the_latest_sample(viewer_client: Client) -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    WatchedQueue.objects.create(
+        name="emails", dead_letter_queue="emails.dlq", dead_letter_exchange="emails.dlx", warning_depth=5
+    )
+    QueueSample.objects.create(queue="orders", messages=10, consumers=4, sampled_at=timezone.now() - dt.timedelta(1))
+    QueueSample.objects.create(queue="orders", messages=250, consumers=0)
+    QueueSample.objects.create(queue="emails", messages=7, consumers=2)
+
+    levels = {item.queue: (item.depth, item.level) for item in selectors.backpressure()}
+    html = viewer_client.get("/").content.decode()
+
+    assert levels == {"orders": (250, "critical"), "emails": (7, "warning")}
+    assert "lvl-critical" in html and "lvl-warning" in html
+
+
+@pytest.mark.sqlite
+def test_patterns_page_lists_counts_and_filters_by_reason(viewer_client: Client) -> None:
+    many(3)
+    many(2, error="invalid field 'email'", error_type="ValidationError")
+
+    page = viewer_client.get("/patterns/")
+    filtered = viewer_client.get("/patterns/?reason=VALIDATION_FAILED", headers=HX)
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Request timed out after &lt;NUM&gt;ms" in html
+    assert "invalid field" in html
+    fragment = filtered.content.decode()
+    assert "<html" not in fragment and 'id="patterns"' in fragment
+    assert "invalid field" in fragment and "Request timed out" not in fragment
+
+
+@pytest.mark.sqlite
+def test_patterns_page_sorts_by_waiting_and_hides_triage_controls_from_viewers(viewer_client: Client) -> None:
+    many(1, error="rare failure", error_type="RareError")
+    many(4)
+
+    html = viewer_client.get("/patterns/?sort=waiting").content.decode()
+
+    assert html.index("Request timed out") < html.index("rare failure")
+    assert "/status/" not in html and "/patterns/merge/" not in html and "/operations/plan/" not in html
+
+
+@pytest.mark.sqlite
+def test_patterns_page_shows_triage_controls_to_operators(operator: User) -> None:
+    many(1)
+    client = Client()
+    client.force_login(operator)
+
+    html = client.get("/patterns/").content.decode()
+
+    assert "/status/" in html and "/patterns/merge/" in html and "kind=retry" in html
+    assert "kind=purge" not in html
+
+
+@pytest.mark.sqlite
+def test_pattern_page_shows_counts_history_and_a_fragment(viewer_client: Client) -> None:
+    letters = many(3)
+    pattern = FailurePattern.objects.get(pk=letters[0].pattern_id)
+
+    page = viewer_client.get(f"/patterns/{pattern.pk}/")
+    fragment = viewer_client.get(f"/patterns/{pattern.pk}/", headers=HX)
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Request timed out after &lt;NUM&gt;ms" in html and "orders.dlq" in html
+    assert fragment.content.decode().strip().startswith('<section id="pattern-summary"')
+
+
+def test_messages_page_walks_pages_by_keyset_without_offset(viewer_client: Client) -> None:
+    letters = many(120)
+    ids = sorted((row.pk for row in letters), reverse=True)
+
+    with CaptureQueriesContext(connection) as queries:
+        first = viewer_client.get("/messages/")
+    second = viewer_client.get(f"/messages/?before={ids[49]}", headers=HX)
+    third = viewer_client.get(f"/messages/?before={ids[99]}", headers=HX)
+    back = viewer_client.get(f"/messages/?after={ids[100]}", headers=HX)
+
+    assert not any("OFFSET" in query["sql"].upper() for query in queries.captured_queries)
+    assert f"#{ids[0]}<" in first.content.decode() and f"#{ids[49]}<" in first.content.decode()
+    assert f"#{ids[50]}<" not in first.content.decode()
+    assert f"before={ids[49]}" in first.content.decode()
+    assert f"#{ids[50]}<" in second.content.decode() and f"#{ids[99]}<" in second.content.decode()
+    assert f"#{ids[100]}<" in third.content.decode() and f"#{ids[119]}<" in third.content.decode()
+    assert "Older" not in third.content.decode()
+    assert f"#{ids[99]}<" in back.content.decode() and f"#{ids[50]}<" in back.content.decode()
+    assert f"#{ids[100]}<" not in back.content.decode()
+
+
+@pytest.mark.sqlite
+def test_messages_page_filters_by_each_field(viewer_client: Client) -> None:
+    ingest(letter(queue="orders", priority=9, host="web-7", version="2.0.0", body=b'{"sku": "ABC-123"}'))
+    ingest(letter(queue="billing", error="card declined", error_type="CardError", priority=1, host="web-1"))
+
+    def shown(query: str) -> set[str]:
+        html = viewer_client.get(f"/messages/?{query}", headers=HX).content.decode()
+        return {queue for queue in ("orders.dlq", "billing.dlq") if f">{queue}<" in html}
+
+    assert shown("") == {"orders.dlq", "billing.dlq"}
+    assert shown("queue=billing.dlq") == {"billing.dlq"}
+    assert shown("reason=TIMEOUT") == {"orders.dlq"}
+    assert shown("priority=5-9") == {"orders.dlq"}
+    assert shown("host=web-1") == {"billing.dlq"}
+    assert shown("version=2.0.0") == {"orders.dlq"}
+    assert shown("text=declined") == {"billing.dlq"}
+    assert shown("error_type=CardError") == {"billing.dlq"}
+    assert shown("payload=ABC-123") == {"orders.dlq"}
+    assert shown("payload=nothing-like-this") == set()
+    assert shown("status=archived") == set()
+    assert shown("since=1h") == {"orders.dlq", "billing.dlq"}
+    assert shown("until=1h") == set()
+
+
+@pytest.mark.sqlite
+def test_messages_page_reports_a_bad_filter_instead_of_failing(viewer_client: Client) -> None:
+    many(1)
+
+    response = viewer_client.get("/messages/?priority=high&since=yesterday-ish")
+
+    assert response.status_code == 200
+    assert "priority must be a number" in response.content.decode()
+    assert "No dead letter matches." in response.content.decode()
+
+
+@pytest.mark.sqlite
+def test_messages_page_keeps_the_filter_in_bookmarkable_links(viewer_client: Client) -> None:
+    many(60, queue="orders")
+
+    html = viewer_client.get("/messages/?queue=orders.dlq&reason=TIMEOUT").content.decode()
+
+    assert 'value="orders.dlq"' in html
+    assert "queue=orders.dlq&amp;reason=TIMEOUT&amp;before=" in html
+    assert "/messages/export/?format=csv&amp;queue=orders.dlq&amp;reason=TIMEOUT" in html
+
+
+@pytest.mark.sqlite
+def test_message_detail_shows_every_part(viewer_client: Client) -> None:
+    (stored,) = ingest(
+        letter(body=json.dumps({"order": 42, "items": [1, 2]}).encode(), headers={"tenant": "acme", "retry": 3})
+    )
+
+    page = viewer_client.get(f"/messages/{stored.pk}/")
+    fragment = viewer_client.get(f"/messages/{stored.pk}/", headers=HX)
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "&quot;order&quot;: 42," in html  # pretty-printed JSON, escaped
+    assert "tenant" in html and "acme" in html
+    assert 'rejected</strong> in <span class="mono">orders</span>' in html
+    assert "msg-" in html and "orders.created" in html
+    assert "Request timed out after 3000ms" in html
+    assert fragment.content.decode().strip().startswith('<section id="history"')
+
+
+@pytest.mark.sqlite
+def test_message_detail_shows_binary_payload_as_hex(viewer_client: Client) -> None:
+    (stored,) = ingest(letter(body=bytes(range(256)), content_type="application/octet-stream"))
+
+    html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert "00000000  00 01 02 03" in html
+    assert "hex" in html
+
+
+@pytest.mark.sqlite
+def test_message_detail_escapes_markup_in_payload_headers_and_error(viewer_client: Client) -> None:
+    (stored,) = ingest(
+        letter(
+            body=b"<script>alert('body')</script>",
+            error="<script>alert('error')</script>",
+            headers={"x-note": "<img src=x onerror=alert('header')>"},
+            content_type="text/html",
+        )
+    )
+
+    html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert "<script>alert(" not in html
+    assert "<img src=x" not in html
+    assert "&lt;script&gt;alert(&#x27;body&#x27;)&lt;/script&gt;" in html
+    assert "&lt;script&gt;alert(&#x27;error&#x27;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(&#x27;header&#x27;)&gt;" in html
+
+
+@pytest.mark.sqlite
+def test_message_detail_links_boomerangs_and_edits(viewer_client: Client) -> None:
+    first, second, edited = many(3)
+    DeadLetter.objects.filter(pk=second.pk).update(previous=first)
+    DeadLetter.objects.filter(pk=edited.pk).update(edited_from=first)
+
+    html = viewer_client.get(f"/messages/{first.pk}/").content.decode()
+    later = viewer_client.get(f"/messages/{second.pk}/").content.decode()
+
+    assert f'href="/messages/{second.pk}/"' in html and f'href="/messages/{edited.pk}/"' in html
+    assert f'href="/messages/{first.pk}/"' in later and "Replayed from" in later
+
+
+@pytest.mark.sqlite
+def test_raw_body_downloads_as_an_attachment(viewer_client: Client) -> None:
+    (stored,) = ingest(letter(body=b"<b>raw</b>\x00\xff"))
+
+    response = viewer_client.get(f"/messages/{stored.pk}/body/")
+
+    assert response.content == b"<b>raw</b>\x00\xff"
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Disposition"].startswith("attachment;")
+
+
+@pytest.mark.sqlite
+def test_message_detail_of_a_missing_message_is_404(viewer_client: Client) -> None:
+    assert viewer_client.get("/messages/987654321/").status_code == 404
+
+
+@pytest.mark.sqlite
+def test_archived_messages_are_hidden_until_asked_for(viewer_client: Client) -> None:
+    (stored,) = many(1)
+    DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.ARCHIVED)
+
+    default = viewer_client.get("/messages/", headers=HX).content.decode()
+    archived = viewer_client.get("/messages/?status=archived", headers=HX).content.decode()
+
+    assert f"#{stored.pk}<" not in default
+    assert f"#{stored.pk}<" in archived
