@@ -143,6 +143,24 @@ CELERY_BEAT_SCHEDULE |= {
     "operations-due-retries": {"task": "operations.start_due_retries", "schedule": 10.0},
     "operations-archive-retention": {"task": "operations.delete_expired_archives", "schedule": 3600.0},
 }
+# Alerts: evaluate the rules every few seconds (a first dead letter alerts within seconds), sample watched queue
+# depths, and re-enqueue due notification retries. A tick that could not start in time is dropped, not piled up.
+DLQ_ALERT_EVALUATION_SECONDS = env_float("DLQ_ALERT_EVALUATION_SECONDS", 2.0, minimum=0.5)
+DLQ_QUEUE_SAMPLE_SECONDS = env_float("DLQ_QUEUE_SAMPLE_SECONDS", 5.0, minimum=1.0)
+DLQ_QUEUE_SAMPLE_RETENTION_HOURS = env_int("DLQ_QUEUE_SAMPLE_RETENTION_HOURS", 48, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "alerts-evaluate": {
+        "task": "alerts.evaluate_alerts",
+        "schedule": DLQ_ALERT_EVALUATION_SECONDS,
+        "options": {"expires": 5 * DLQ_ALERT_EVALUATION_SECONDS},
+    },
+    "alerts-sample-queues": {
+        "task": "alerts.sample_queues",
+        "schedule": DLQ_QUEUE_SAMPLE_SECONDS,
+        "options": {"expires": 2 * DLQ_QUEUE_SAMPLE_SECONDS},
+    },
+    "alerts-retry-notifications": {"task": "alerts.retry_notifications", "schedule": 5.0, "options": {"expires": 30}},
+}
 
 # Dead-letter queues drained by consume_dlq when --queues is not given.
 DLQ_QUEUES = env_list("DLQ_QUEUES", [])
@@ -248,3 +266,15 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBa
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "dlqconsole@localhost")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+
+# Alert notifications: links in messages point at DLQ_CONSOLE_URL; outbound HTTP gives up after
+# DLQ_HTTP_TIMEOUT_SECONDS; a failed send is retried after 10 s, 30 s, 90 s, ... up to the attempt limit; a
+# channel whose notifications fail this many times in a row is switched off. /metrics labels at most
+# DLQ_METRICS_MAX_QUEUES queues (the rest are summed under queue="other").
+DLQ_CONSOLE_URL = env_str("DLQ_CONSOLE_URL", "http://localhost:8000")
+DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+DLQ_NOTIFICATION_RETRY_SECONDS = env_float("DLQ_NOTIFICATION_RETRY_SECONDS", 10.0, minimum=0.0)
+DLQ_NOTIFICATION_MAX_ATTEMPTS = env_int("DLQ_NOTIFICATION_MAX_ATTEMPTS", 5, minimum=1)
+DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)
+DLQ_METRICS_MAX_QUEUES = env_int("DLQ_METRICS_MAX_QUEUES", 50, minimum=1)

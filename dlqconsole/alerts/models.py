@@ -1,0 +1,314 @@
+"""Alert rules, the alerts they raise, the channels that carry notifications, and one row per notification."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from dlqconsole.alerts.notifiers import NOTIFIERS, notifier_choices
+
+if TYPE_CHECKING:
+    from dlqconsole.alerts.notifiers.base import Notifier
+
+
+class Severity(models.TextChoices):
+    INFO = "info", "Info"
+    WARNING = "warning", "Warning"
+    CRITICAL = "critical", "Critical"
+    EMERGENCY = "emergency", "Emergency"
+
+
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2, Severity.EMERGENCY: 3}
+
+
+class RuleKind(models.TextChoices):
+    DLQ_NOT_EMPTY = "dlq_not_empty", "Dead-letter queue not empty"
+    DLQ_GROWTH = "dlq_growth", "Dead-letter queue growing"
+    QUEUE_DEPTH = "queue_depth", "Work queue depth"
+    NEW_PATTERN = "new_pattern", "New failure pattern"
+    PATTERN_REOPENED = "pattern_reopened", "Resolved pattern reopened"
+    OLDEST_AGE = "oldest_age", "Oldest dead letter too old"
+    OPERATION_PAUSED = "operation_paused", "Operation paused automatically"
+
+
+# What a rule's threshold means, per kind, and its default when the rule leaves it empty. Queue depth has no
+# single default: each watched queue carries its own warning, critical and emergency depths.
+THRESHOLD_DEFAULTS: dict[str, float | None] = {
+    RuleKind.DLQ_NOT_EMPTY: 0,
+    RuleKind.DLQ_GROWTH: 100,
+    RuleKind.QUEUE_DEPTH: None,
+    RuleKind.NEW_PATTERN: None,
+    RuleKind.PATTERN_REOPENED: None,
+    RuleKind.OLDEST_AGE: 24 * 3600,
+    RuleKind.OPERATION_PAUSED: None,
+}
+THRESHOLD_HELP = {
+    RuleKind.DLQ_NOT_EMPTY: "Fires when more than this many dead letters wait (0: the first one).",
+    RuleKind.DLQ_GROWTH: "Fires when more than this many dead letters arrived within the window.",
+    RuleKind.QUEUE_DEPTH: "Messages ready; empty uses the watched queue's depth for the rule's severity.",
+    RuleKind.OLDEST_AGE: "Seconds; fires when the oldest parked dead letter is older.",
+}
+# Kinds that look back over a window (growth: the arrivals counted; patterns: how recent counts as new).
+WINDOW_KINDS = frozenset({RuleKind.DLQ_GROWTH, RuleKind.NEW_PATTERN, RuleKind.PATTERN_REOPENED})
+# Kinds whose scope can be a single pattern.
+PATTERN_SCOPED_KINDS = frozenset({RuleKind.DLQ_NOT_EMPTY, RuleKind.DLQ_GROWTH, RuleKind.OLDEST_AGE})
+
+
+class Channel(models.Model):
+    """Where notifications go: an e-mail list, a JSON webhook or a Slack-compatible webhook."""
+
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=16, choices=notifier_choices)
+    # The address list or URL, as the kind's notifier reads it.
+    target = models.TextField()
+    enabled = models.BooleanField(default=True)
+    # Why the console switched the channel off (a permanent error, or too many failed notifications in a row).
+    disabled_reason = models.TextField(blank=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    # Notifications that failed for good in a row; reset by a success.
+    failure_streak = models.IntegerField(default=0)
+    # Lifetime counters for the channel page and /metrics.
+    sent_count = models.BigIntegerField(default=0)
+    failed_count = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    def notifier(self) -> Notifier:
+        return NOTIFIERS[self.kind](self)
+
+    @property
+    def kind_label(self) -> str:
+        notifier = NOTIFIERS.get(self.kind)
+        return notifier.label if notifier is not None else self.kind
+
+    @property
+    def target_display(self) -> str:
+        """The target without secrets: webhook URLs often carry a token in their path or query."""
+        notifier = NOTIFIERS.get(self.kind)
+        return notifier.display_target(self.target) if notifier is not None else ""
+
+
+class AlertRuleQuerySet(models.QuerySet["AlertRule"]):
+    def enabled(self) -> AlertRuleQuerySet:
+        return self.filter(enabled=True)
+
+
+class AlertRule(models.Model):
+    """A condition watched by the evaluation tick. Empty queue and pattern: the rule covers every queue."""
+
+    name = models.CharField(max_length=120, unique=True)
+    kind = models.CharField(max_length=32, choices=RuleKind.choices)
+    # A DLQ or work queue name; the rule then only looks at that queue (and its DLQ or work queue).
+    queue = models.CharField(max_length=255, blank=True)
+    pattern = models.ForeignKey(
+        "deadletters.FailurePattern", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    threshold = models.FloatField(null=True, blank=True)
+    window_seconds = models.IntegerField(default=60)
+    # How long the condition must hold before the alert fires.
+    for_seconds = models.IntegerField(default=0)
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
+    channels = models.ManyToManyField(Channel, blank=True, related_name="rules")
+    # No new notification for the same rule and subject within this many seconds of the previous one.
+    cooldown_seconds = models.IntegerField(default=300)
+    # Remind while an alert stays firing (not acknowledged); 0 means never.
+    reminder_seconds = models.IntegerField(default=4 * 3600)
+    enabled = models.BooleanField(default=True)
+    # Alerts of this rule still fire and show, but send nothing until then.
+    silenced_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = AlertRuleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def effective_threshold(self) -> float | None:
+        return self.threshold if self.threshold is not None else THRESHOLD_DEFAULTS.get(self.kind)
+
+    @property
+    def scope_display(self) -> str:
+        if self.pattern_id is not None:
+            return f"pattern #{self.pattern_id}"
+        if self.queue:
+            return f"queue {self.queue}"
+        return "every queue"
+
+    def is_silenced(self, now: dt.datetime) -> bool:
+        return self.silenced_until is not None and self.silenced_until > now
+
+
+class AlertStatus(models.TextChoices):
+    # The condition holds but not yet for the rule's duration; nothing was sent.
+    PENDING = "pending", "Pending"
+    FIRING = "firing", "Firing"
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    RESOLVED = "resolved", "Resolved"
+
+
+OPEN_STATUSES = (AlertStatus.PENDING, AlertStatus.FIRING, AlertStatus.ACKNOWLEDGED)
+
+
+class AlertQuerySet(models.QuerySet["Alert"]):
+    def open(self) -> AlertQuerySet:
+        return self.filter(status__in=OPEN_STATUSES)
+
+    def active(self) -> AlertQuerySet:
+        """What the alerts page lists as current: firing or acknowledged."""
+        return self.filter(status__in=(AlertStatus.FIRING, AlertStatus.ACKNOWLEDGED))
+
+    def history(self) -> AlertQuerySet:
+        return self.filter(status=AlertStatus.RESOLVED)
+
+
+class Alert(models.Model):
+    """One rule holding for one subject (a queue, a pattern or an operation), from first seen to resolved."""
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
+    # "queue:orders.dlq", "pattern:12", "operation:7": a rule covering every queue raises one alert per queue.
+    subject = models.CharField(max_length=300)
+    subject_label = models.CharField(max_length=300)
+    severity = models.CharField(max_length=16, choices=Severity.choices)
+    status = models.CharField(max_length=16, choices=AlertStatus.choices, default=AlertStatus.PENDING)
+    value = models.FloatField(default=0)
+    summary = models.TextField()
+    # A console path that shows what the alert is about.
+    link = models.CharField(max_length=500, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    fired_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    silenced_until = models.DateTimeField(null=True, blank=True)
+    last_notified_at = models.DateTimeField(null=True, blank=True)
+    # When the next firing notice or reminder is due (cooldown and reminder interval both end up here).
+    next_notify_at = models.DateTimeField(null=True, blank=True)
+    notified_count = models.IntegerField(default=0)
+
+    objects = AlertQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # At most one open alert per rule and subject, even if two evaluation ticks overlap.
+            models.UniqueConstraint(
+                fields=["rule", "subject"],
+                condition=~models.Q(status="resolved"),
+                name="alert_open_per_subject",
+            )
+        ]
+        indexes = [
+            # The evaluation tick and the alerts page: open alerts.
+            models.Index(fields=["status", "-id"], name="alert_status_id"),
+            # Cooldown: the last notification for a rule and subject.
+            models.Index(fields=["rule", "subject", "-last_notified_at"], name="alert_rule_subject_notified"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule.name}: {self.subject_label} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+    def is_silenced(self, now: dt.datetime) -> bool:
+        return self.silenced_until is not None and self.silenced_until > now
+
+
+class NotificationKind(models.TextChoices):
+    FIRING = "firing", "Firing"
+    REMINDER = "reminder", "Reminder"
+    RESOLVED = "resolved", "Resolved"
+    TEST = "test", "Test"
+
+
+class NotificationStatus(models.TextChoices):
+    # A send task is on its way (next_attempt_at is when we assume it was lost and enqueue it again).
+    QUEUED = "queued", "Queued"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Sent"
+    # The last attempt failed; the next one is due at next_attempt_at.
+    RETRYING = "retrying", "Retrying"
+    FAILED = "failed", "Failed"
+
+
+class Notification(models.Model):
+    """One notification to one channel, with its outcome after every attempt."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notifications")
+    alert = models.ForeignKey(Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    status = models.CharField(max_length=16, choices=NotificationStatus.choices, default=NotificationStatus.QUEUED)
+    # What the message says, frozen when the event happened (the alert may have moved on by the time it is sent).
+    context = models.JSONField(default=dict)
+    attempts = models.IntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The retry sweep: due retries, lost queued tasks and stuck sends.
+            models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
+            # Channel and alert pages: newest first.
+            models.Index(fields=["channel", "-id"], name="notification_channel_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.channel_id}: {self.status}"
+
+
+class GrowthSample(models.Model):
+    """A running total of dead letters for a queue or pattern, recorded by each evaluation tick.
+
+    Growth over a window is the latest total minus the one recorded a window ago: two indexed lookups instead
+    of counting the dead letters that arrived.
+    """
+
+    subject = models.CharField(max_length=300)
+    total = models.BigIntegerField()
+    # Which patterns were ignored when the total was taken (a short hash). Ignored patterns are left out of a
+    # queue's total, so ignoring one or taking it back changes the total without any dead letter arriving:
+    # growth is only measured between samples with the same basis.
+    basis = models.CharField(max_length=16, blank=True)
+    sampled_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # The total a window ago for one subject.
+            models.Index(fields=["subject", "-sampled_at"], name="growthsample_subject_time"),
+            # Retention deletes by time.
+            models.Index(fields=["sampled_at"], name="growthsample_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.total}"
+
+
+class EvaluationState(models.Model):
+    """One row: when the evaluation tick last ran and how long it took (pages, /metrics, overlap lock)."""
+
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_duration_ms = models.FloatField(default=0)
+    ticks = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"evaluated {self.ticks} times"

@@ -1,10 +1,319 @@
+"""Alerts pages: current alerts and their history (everyone), acknowledge and silence (operators), rules and
+channels (admins). Each page's URL also serves its htmx fragment."""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import datetime as dt
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
+
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
+from dlqconsole.alerts import services
+from dlqconsole.alerts.forms import ChannelForm, RuleForm, SilenceForm
+from dlqconsole.alerts.models import (
+    Alert,
+    AlertRule,
+    AlertStatus,
+    Channel,
+    EvaluationState,
+    Notification,
+    NotificationStatus,
+)
+from dlqconsole.ingest.models import QueueSample, WatchedQueue
+
+HISTORY_PAGE = 50
+FINAL_NOTIFICATION_STATUSES = (NotificationStatus.SENT, NotificationStatus.FAILED)
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _fragment(request: HtmxHttpRequest, template: str, partial: str) -> str:
+    return f"{template}#{partial}" if request.htmx else template
+
+
+def _back(request: HtmxHttpRequest, fallback: str) -> HttpResponseRedirect:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return HttpResponseRedirect(target)
+    return HttpResponseRedirect(fallback)
+
+
+# Alerts ---------------------------------------------------------------------------------------------------------
 
 
 @require_GET
-def alerts_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "alerts/list.html", {})
+@vary_on_headers("HX-Request")
+def alert_list(request: HtmxHttpRequest) -> HttpResponse:
+    require_role(request.user, VIEWER)
+    history = Alert.objects.history().select_related("rule").order_by("-id")
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        history = history.filter(pk__lt=int(before))
+    history_page = list(history[: HISTORY_PAGE + 1])
+    context: dict[str, Any] = {
+        "active": Alert.objects.active().select_related("rule", "acknowledged_by").order_by("status", "-fired_at"),
+        "pending": Alert.objects.filter(status=AlertStatus.PENDING).select_related("rule").order_by("started_at"),
+        "history": history_page[:HISTORY_PAGE],
+        "next_before": history_page[HISTORY_PAGE - 1].pk if len(history_page) > HISTORY_PAGE else None,
+        "state": EvaluationState.objects.filter(pk=1).first(),
+        "silence_form": SilenceForm(),
+        "can_operate": has_role(request.user, OPERATOR),
+        "is_admin": has_role(request.user, ADMIN),
+        "now": timezone.now(),
+    }
+    partial = "history" if request.htmx and request.htmx.target == "alert-history" else "current"
+    return render(request, _fragment(request, "alerts/list.html", partial), context)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def alert_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, VIEWER)
+    alert = get_object_or_404(Alert.objects.select_related("rule", "acknowledged_by"), pk=pk)
+    context = {
+        "alert": alert,
+        "notifications": alert.notifications.select_related("channel").order_by("-id")[:100],
+        "silence_form": SilenceForm(),
+        "can_operate": has_role(request.user, OPERATOR),
+        "now": timezone.now(),
+    }
+    return render(request, _fragment(request, "alerts/detail.html", "summary"), context)
+
+
+def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
+    """After a change: the alert's row (htmx from the list), its summary (htmx from its page), or a redirect."""
+    if request.htmx:
+        context = {
+            "alert": alert,
+            "silence_form": SilenceForm(),
+            "can_operate": True,
+            "now": timezone.now(),
+            "notifications": alert.notifications.select_related("channel").order_by("-id")[:100],
+        }
+        if request.POST.get("fragment") == "row":
+            return render(request, "alerts/list.html#row", context)
+        return render(request, "alerts/detail.html#summary", context)
+    return _back(request, reverse("alerts:detail", args=[alert.pk]))
+
+
+@require_POST
+def alert_acknowledge(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, OPERATOR)
+    alert = get_object_or_404(Alert.objects.select_related("rule"), pk=pk)
+    try:
+        alert = services.acknowledge_alert(alert=alert, actor=request.user)
+    except services.AlertError as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, "Acknowledged: no more reminders for this alert.")
+    alert.refresh_from_db()
+    return _alert_response(request, alert)
+
+
+@require_POST
+def alert_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, OPERATOR)
+    alert = get_object_or_404(Alert.objects.select_related("rule"), pk=pk)
+    form = SilenceForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose how long to silence the alert.")
+        return _alert_response(request, alert)
+    until = form.until()
+    try:
+        services.silence_alert(alert=alert, actor=request.user, until=until)
+    except services.AlertError as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(
+            request, f"Silenced until {timezone.localtime(until):%Y-%m-%d %H:%M}." if until else "Silence lifted."
+        )
+    alert.refresh_from_db()
+    return _alert_response(request, alert)
+
+
+# Watched queues -------------------------------------------------------------------------------------------------
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def queue_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Depth of each watched work queue and its DLQ over the last hour, from the samples."""
+    require_role(request.user, VIEWER)
+    now = timezone.now()
+    since = now - dt.timedelta(hours=1)
+    queues = list(WatchedQueue.objects.filter(enabled=True))
+    names = [name for queue in queues for name in (queue.name, queue.dead_letter_queue)]
+    series: dict[str, list[QueueSample]] = {name: [] for name in names}
+    for sample in QueueSample.objects.filter(queue__in=names, sampled_at__gte=since).order_by("sampled_at"):
+        series[sample.queue].append(sample)
+    rows = []
+    for queue in queues:
+        work, dead = series[queue.name], series[queue.dead_letter_queue]
+        latest = work[-1] if work else None
+        depth = latest.messages if latest else None
+        if depth is None:
+            level = "unknown"
+        elif depth >= queue.emergency_depth:
+            level = "emergency"
+        elif depth >= queue.critical_depth:
+            level = "critical"
+        elif depth >= queue.warning_depth:
+            level = "warning"
+        else:
+            level = "normal"
+        rows.append(
+            {
+                "queue": queue,
+                "latest": latest,
+                "dlq_latest": dead[-1] if dead else None,
+                "level": level,
+                # At most 120 points per line: every n-th sample of the hour.
+                "depths": [sample.messages for sample in work[:: max(1, len(work) // 120)]],
+                "dlq_depths": [sample.messages for sample in dead[:: max(1, len(dead) // 120)]],
+            }
+        )
+    return render(request, _fragment(request, "alerts/queues.html", "queues"), {"rows": rows, "now": now})
+
+
+# Rules ----------------------------------------------------------------------------------------------------------
+
+
+@require_GET
+def rule_list(request: HtmxHttpRequest) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    rules = AlertRule.objects.select_related("pattern").prefetch_related("channels").order_by("name")
+    return render(request, "alerts/rules.html", {"rules": rules, "silence_form": SilenceForm(), "now": timezone.now()})
+
+
+@require_http_methods(["GET", "POST"])
+def rule_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    rule = get_object_or_404(AlertRule, pk=pk) if pk is not None else AlertRule()
+    form = RuleForm(request.POST or None, instance=rule)
+    if request.method == "POST" and form.is_valid():
+        saved = services.save_rule(
+            rule=form.save(commit=False), channels=form.cleaned_data["channels"], actor=request.user
+        )
+        messages.success(request, f"Rule “{saved.name}” saved.")
+        return redirect("alerts:rules")
+    return render(request, "alerts/rule_form.html", {"form": form, "rule": rule}, status=400 if form.errors else 200)
+
+
+@require_POST
+def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    rule = get_object_or_404(AlertRule, pk=pk)
+    form = SilenceForm(request.POST)
+    if form.is_valid():
+        until = form.until()
+        services.silence_rule(rule=rule, actor=request.user, until=until)
+        messages.success(request, f"“{rule.name}” silenced." if until else f"“{rule.name}” speaks again.")
+    return redirect("alerts:rules")
+
+
+@require_POST
+def rule_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    rule = get_object_or_404(AlertRule, pk=pk)
+    services.delete_rule(rule=rule, actor=request.user)
+    messages.success(request, f"Rule “{rule.name}” deleted.")
+    return redirect("alerts:rules")
+
+
+# Channels -------------------------------------------------------------------------------------------------------
+
+
+@require_GET
+def channel_list(request: HtmxHttpRequest) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channels = Channel.objects.prefetch_related("rules")
+    return render(request, "alerts/channels.html", {"channels": channels})
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    context = {
+        "channel": channel,
+        "notifications": channel.notifications.select_related("alert").order_by("-id")[:50],
+        "rules": channel.rules.order_by("name"),
+    }
+    return render(request, _fragment(request, "alerts/channel.html", "notifications"), context)
+
+
+@require_http_methods(["GET", "POST"])
+def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk) if pk is not None else Channel()
+    form = ChannelForm(request.POST or None, instance=channel)
+    if request.method == "POST" and form.is_valid():
+        saved = services.save_channel(
+            channel=form.save(commit=False),
+            actor=request.user,
+            attach_to_all_rules=bool(form.cleaned_data.get("attach_to_all_rules")),
+        )
+        messages.success(request, f"Channel “{saved.name}” saved. Send a test to check it.")
+        return redirect("alerts:channel", pk=saved.pk)
+    return render(
+        request, "alerts/channel_form.html", {"form": form, "channel": channel}, status=400 if form.errors else 200
+    )
+
+
+@require_POST
+def channel_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    notification = services.send_test_notification(channel=channel, actor=request.user)
+    if request.htmx:
+        return render(request, "alerts/notification.html#notification", {"notification": notification})
+    messages.success(request, "Test notification queued; its outcome shows below.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@require_POST
+def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    services.enable_channel(channel=channel, actor=request.user)
+    messages.success(request, f"Channel “{channel.name}” is enabled again.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@require_POST
+def channel_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    services.delete_channel(channel=channel, actor=request.user)
+    messages.success(request, f"Channel “{channel.name}” deleted.")
+    return redirect("alerts:channels")
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def notification_status(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One notification's outcome; the htmx fragment polls until it is sent or has failed."""
+    require_role(request.user, ADMIN)
+    notification = get_object_or_404(Notification.objects.select_related("channel"), pk=pk)
+    if request.htmx:
+        response = render(request, "alerts/notification.html#notification", {"notification": notification})
+        if notification.status in FINAL_NOTIFICATION_STATUSES:
+            # Swap in the final state, and tell htmx to stop polling (status 286).
+            stop = HttpResponseStopPolling()
+            stop.content = response.content
+            return stop
+        return response
+    return render(request, "alerts/notification.html", {"notification": notification})

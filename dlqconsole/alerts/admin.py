@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from dlqconsole.alerts.models import Alert, AlertRule, Channel, Notification
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
+    list_display = ["name", "kind", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
+    list_filter = ["kind", "severity", "enabled"]
+    search_fields = ["name", "queue"]
+    raw_id_fields = ["pattern"]
+    filter_horizontal = ["channels"]
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin[Channel]):
+    list_display = ["name", "kind", "enabled", "disabled_reason", "sent_count", "failed_count"]
+    list_filter = ["kind", "enabled"]
+    readonly_fields = ["sent_count", "failed_count", "failure_streak", "disabled_at"]
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin[Alert]):
+    list_display = ["rule", "subject_label", "severity", "status", "started_at", "fired_at", "resolved_at"]
+    list_filter = ["status", "severity", "rule"]
+    search_fields = ["subject", "subject_label", "summary"]
+    readonly_fields = [field.name for field in Alert._meta.fields]
+
+    def has_add_permission(self, request: object) -> bool:  # type: ignore[override]
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin[Notification]):
+    list_display = ["created_at", "channel", "kind", "status", "attempts", "error"]
+    list_filter = ["status", "kind", "channel"]
+    readonly_fields = [field.name for field in Notification._meta.fields]
+
+    def has_add_permission(self, request: object) -> bool:  # type: ignore[override]
+        return False

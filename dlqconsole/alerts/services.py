@@ -1,0 +1,515 @@
+"""Alert evaluation, the alert lifecycle, notification delivery, and the changes people make to rules and channels.
+
+The evaluation tick only reads counters and writes alert rows; it never talks to a channel. Notifications are
+rows that a Celery task delivers one at a time, so a slow or broken channel cannot hold the tick up.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import F
+from django.urls import reverse
+from django.utils import timezone
+
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.alerts import conditions
+from dlqconsole.alerts.models import (
+    Alert,
+    AlertRule,
+    AlertStatus,
+    Channel,
+    EvaluationState,
+    GrowthSample,
+    Notification,
+    NotificationKind,
+    NotificationStatus,
+    RuleKind,
+)
+from dlqconsole.alerts.notifiers import NotifierError
+
+logger = logging.getLogger(__name__)
+
+Actor = AbstractBaseUser | AnonymousUser | None
+
+# A queued notification whose task has not claimed it by then is assumed lost and enqueued again.
+QUEUED_LEASE = dt.timedelta(seconds=60)
+# A send that started this long ago without an outcome belongs to a worker that died.
+SENDING_STALE_AFTER = dt.timedelta(seconds=120)
+# Growth samples older than the longest window (and at least this) are deleted.
+MIN_GROWTH_RETENTION = dt.timedelta(hours=1)
+# The rule fields that change what an alert means; editing them closes the rule's open alerts.
+CONDITION_FIELDS = ("kind", "queue", "pattern_id", "threshold", "window_seconds", "severity")
+
+
+class AlertError(Exception):
+    """A change to alerts, rules or channels that cannot be made; the message says why."""
+
+
+@dataclass
+class TickResult:
+    skipped: bool = False
+    rules: int = 0
+    fired: int = 0
+    resolved: int = 0
+    notifications: int = 0
+    duration_ms: float = 0.0
+
+
+# Evaluation ----------------------------------------------------------------------------------------------------
+
+
+def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
+    """One evaluation tick: check every enabled rule, move alerts through their lifecycle, queue notifications.
+
+    Overlapping ticks (a slow one and the next beat) do not both run: the second finds the state row locked
+    and skips.
+    """
+    now = now or timezone.now()
+    started = time.perf_counter()
+    result = TickResult()
+    with transaction.atomic():
+        state = _lock_state()
+        if state is None:
+            return TickResult(skipped=True)
+        rules = list(AlertRule.objects.enabled().select_related("pattern").prefetch_related("channels"))
+        open_alerts: dict[int, dict[str, Alert]] = defaultdict(dict)
+        orphans: list[Alert] = []
+        enabled_ids = {rule.pk for rule in rules}
+        for alert in Alert.objects.open():
+            if alert.rule_id in enabled_ids:
+                open_alerts[alert.rule_id][alert.subject] = alert
+            else:
+                orphans.append(alert)
+        facts = conditions.Facts(
+            now=now, open_subjects={rule_id: set(alerts) for rule_id, alerts in open_alerts.items()}
+        )
+        for rule in rules:
+            try:
+                outcome = conditions.evaluate(rule, facts)
+            except Exception:
+                # A rule that cannot be evaluated (bad data, a bug) must not stop the others from alerting.
+                logger.exception("alert rule %s (%s) could not be evaluated", rule.pk, rule.kind)
+                continue
+            _apply(rule, outcome, open_alerts[rule.pk], now=now, result=result)
+        for alert in orphans:
+            # The rule was disabled: its alerts end without a notice, nobody asked to hear about them any more.
+            _resolve_quietly(alert, now=now)
+        _record_growth(facts, rules=rules, now=now, prune=state.ticks % 30 == 0)
+        result.rules = len(rules)
+        result.duration_ms = (time.perf_counter() - started) * 1000
+        EvaluationState.objects.filter(pk=state.pk).update(
+            last_started_at=now,
+            last_finished_at=timezone.now(),
+            last_duration_ms=result.duration_ms,
+            ticks=F("ticks") + 1,
+        )
+    return result
+
+
+def _lock_state() -> EvaluationState | None:
+    state = EvaluationState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+    if state is not None:
+        return state
+    if EvaluationState.objects.filter(pk=1).exists():
+        return None
+    EvaluationState.objects.get_or_create(pk=1)
+    return EvaluationState.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+
+
+def _apply(
+    rule: AlertRule,
+    outcome: conditions.RuleResult,
+    open_alerts: dict[str, Alert],
+    *,
+    now: dt.datetime,
+    result: TickResult,
+) -> None:
+    for subject, observation in outcome.holding.items():
+        alert = open_alerts.get(subject)
+        if alert is None:
+            alert = Alert(
+                rule=rule,
+                subject=subject,
+                subject_label=observation.label[:300],
+                severity=rule.severity,
+                status=AlertStatus.PENDING,
+                value=observation.value,
+                summary=observation.summary,
+                link=observation.link[:500],
+                started_at=now,
+            )
+            if rule.for_seconds <= 0:
+                _fire(alert, rule=rule, now=now)
+                result.fired += 1
+            alert.save()
+        else:
+            changed = _observe(alert, observation)
+            if alert.status == AlertStatus.PENDING and now - alert.started_at >= dt.timedelta(seconds=rule.for_seconds):
+                _fire(alert, rule=rule, now=now)
+                result.fired += 1
+                changed = True
+            if changed:
+                alert.save()
+        if _notice_due(alert, rule=rule, now=now):
+            kind = NotificationKind.FIRING if alert.notified_count == 0 else NotificationKind.REMINDER
+            result.notifications += _announce(alert, rule=rule, kind=kind, now=now)
+            alert.next_notify_at = now + dt.timedelta(seconds=rule.reminder_seconds) if rule.reminder_seconds else None
+            alert.save(update_fields=["last_notified_at", "notified_count", "next_notify_at"])
+    for subject, alert in open_alerts.items():
+        if subject in outcome.holding or subject in outcome.unknown:
+            continue
+        if alert.status == AlertStatus.PENDING:
+            # It never held long enough to fire: nothing to tell, nothing to keep.
+            alert.delete()
+            continue
+        alert.status = AlertStatus.RESOLVED
+        alert.resolved_at = now
+        result.resolved += 1
+        if alert.notified_count > 0 and not (alert.is_silenced(now) or rule.is_silenced(now)):
+            result.notifications += _announce(alert, rule=rule, kind=NotificationKind.RESOLVED, now=now)
+        alert.save()
+
+
+def _observe(alert: Alert, observation: conditions.Observation) -> bool:
+    fresh = {
+        "value": observation.value,
+        "summary": observation.summary,
+        "subject_label": observation.label[:300],
+        "link": observation.link[:500],
+    }
+    changed = False
+    for name, value in fresh.items():
+        if getattr(alert, name) != value:
+            setattr(alert, name, value)
+            changed = True
+    return changed
+
+
+def _fire(alert: Alert, *, rule: AlertRule, now: dt.datetime) -> None:
+    alert.status = AlertStatus.FIRING
+    alert.fired_at = now
+    # Cooldown: the same rule and subject notified a moment ago (a flapping condition) waits before it speaks.
+    previous = (
+        Alert.objects.filter(rule=rule, subject=alert.subject, last_notified_at__isnull=False)
+        .order_by("-last_notified_at")
+        .values_list("last_notified_at", flat=True)
+        .first()
+    )
+    due = now
+    if previous is not None:
+        due = max(now, previous + dt.timedelta(seconds=rule.cooldown_seconds))
+    alert.next_notify_at = due
+
+
+def _notice_due(alert: Alert, *, rule: AlertRule, now: dt.datetime) -> bool:
+    return (
+        alert.status == AlertStatus.FIRING
+        and alert.next_notify_at is not None
+        and alert.next_notify_at <= now
+        and not alert.is_silenced(now)
+        and not rule.is_silenced(now)
+    )
+
+
+def _resolve_quietly(alert: Alert, *, now: dt.datetime) -> None:
+    if alert.status == AlertStatus.PENDING:
+        alert.delete()
+        return
+    Alert.objects.filter(pk=alert.pk).update(status=AlertStatus.RESOLVED, resolved_at=now)
+
+
+def _record_growth(facts: conditions.Facts, *, rules: list[AlertRule], now: dt.datetime, prune: bool) -> None:
+    if facts.totals:
+        GrowthSample.objects.bulk_create(
+            GrowthSample(subject=subject, total=total, basis=basis, sampled_at=now)
+            for subject, (total, basis) in facts.totals.items()
+        )
+    if prune:
+        windows = [rule.window_seconds for rule in rules if rule.kind == RuleKind.DLQ_GROWTH]
+        keep = max([MIN_GROWTH_RETENTION, *(dt.timedelta(seconds=2 * window) for window in windows)])
+        GrowthSample.objects.filter(sampled_at__lt=now - keep).delete()
+
+
+# Notifications -------------------------------------------------------------------------------------------------
+
+
+def console_url(path: str) -> str:
+    return settings.DLQ_CONSOLE_URL.rstrip("/") + path
+
+
+def notification_context(alert: Alert, *, kind: str) -> dict[str, Any]:
+    """The facts a notification carries, frozen when the event happens (also the webhook's JSON body)."""
+    rule = alert.rule
+
+    def iso(value: dt.datetime | None) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {
+        "event": kind,
+        "alert_id": alert.pk,
+        "rule": rule.name,
+        "rule_id": rule.pk,
+        "rule_kind": rule.kind,
+        "severity": alert.severity,
+        "status": alert.status,
+        "subject": alert.subject,
+        "label": alert.subject_label,
+        "summary": alert.summary,
+        "value": alert.value,
+        "started_at": iso(alert.started_at),
+        "fired_at": iso(alert.fired_at),
+        "resolved_at": iso(alert.resolved_at),
+        "url": console_url(reverse("alerts:detail", args=[alert.pk])),
+    }
+
+
+def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> int:
+    alert.last_notified_at = now
+    alert.notified_count += 1
+    channels = [channel for channel in rule.channels.all() if channel.enabled]
+    if not channels:
+        return 0
+    context = notification_context(alert, kind=kind)
+    rows = Notification.objects.bulk_create(
+        Notification(
+            channel=channel, alert=alert, kind=kind, context=context, created_at=now, next_attempt_at=now + QUEUED_LEASE
+        )
+        for channel in channels
+    )
+    _enqueue([row.pk for row in rows])
+    return len(rows)
+
+
+def _enqueue(notification_ids: Iterable[int]) -> None:
+    from dlqconsole.alerts.tasks import send_notification
+
+    for notification_id in notification_ids:
+        transaction.on_commit(partial(send_notification.delay, notification_id))
+
+
+def retry_delay(attempts: int) -> dt.timedelta:
+    """Backoff after the given number of failed attempts: base, 3x base, 9x base, ..."""
+    return dt.timedelta(seconds=settings.DLQ_NOTIFICATION_RETRY_SECONDS * 3 ** max(0, attempts - 1))
+
+
+def deliver_notification(*, notification_id: int, now: dt.datetime | None = None) -> Notification | None:
+    """Send one queued notification and record the outcome. Returns None when another worker has it."""
+    now = now or timezone.now()
+    claimed = Notification.objects.filter(pk=notification_id, status=NotificationStatus.QUEUED).update(
+        status=NotificationStatus.SENDING, attempts=F("attempts") + 1, claimed_at=now
+    )
+    if not claimed:
+        return None
+    notification = Notification.objects.select_related("channel").get(pk=notification_id)
+    channel = notification.channel
+    testing = notification.kind == NotificationKind.TEST
+    if not channel.enabled and not testing:
+        _finish(notification, status=NotificationStatus.FAILED, error=f"Channel disabled: {channel.disabled_reason}")
+        return notification
+    try:
+        channel.notifier().send(notification)
+    except NotifierError as error:
+        _record_failure(notification, error=error, testing=testing, now=now)
+    except Exception as error:
+        # A bug in a notifier is still a failed send: record it and retry, never lose the notification silently.
+        logger.exception("notifier %s failed unexpectedly", channel.kind)
+        _record_failure(notification, error=NotifierError(f"{type(error).__name__}: {error}"), testing=testing, now=now)
+    else:
+        notification.sent_at = timezone.now()
+        _finish(notification, status=NotificationStatus.SENT, error="")
+        if not testing:
+            Channel.objects.filter(pk=channel.pk).update(sent_count=F("sent_count") + 1, failure_streak=0)
+    return notification
+
+
+def _finish(notification: Notification, *, status: str, error: str) -> None:
+    notification.status = status
+    notification.error = error[:2000]
+    notification.save(update_fields=["status", "error", "sent_at", "next_attempt_at"])
+
+
+def _record_failure(notification: Notification, *, error: NotifierError, testing: bool, now: dt.datetime) -> None:
+    # A test send is tried once: the person who pressed the button reads the outcome on the page.
+    final = testing or error.permanent or notification.attempts >= settings.DLQ_NOTIFICATION_MAX_ATTEMPTS
+    if not final:
+        notification.next_attempt_at = now + retry_delay(notification.attempts)
+        _finish(notification, status=NotificationStatus.RETRYING, error=error.message)
+        return
+    _finish(notification, status=NotificationStatus.FAILED, error=error.message)
+    if testing:
+        return
+    channel = notification.channel
+    Channel.objects.filter(pk=channel.pk).update(
+        failed_count=F("failed_count") + 1, failure_streak=F("failure_streak") + 1
+    )
+    channel.refresh_from_db(fields=["failure_streak", "enabled"])
+    if error.permanent:
+        reason = f"Permanent error: {error.message}"
+    elif channel.failure_streak >= settings.DLQ_CHANNEL_DISABLE_AFTER:
+        reason = f"{channel.failure_streak} notifications in a row failed; last error: {error.message}"
+    else:
+        return
+    disable_channel(channel=channel, reason=reason, now=now)
+
+
+def disable_channel(*, channel: Channel, reason: str, now: dt.datetime | None = None) -> None:
+    """Switch a failing channel off; its queued notifications fail with the reason instead of piling up."""
+    now = now or timezone.now()
+    Channel.objects.filter(pk=channel.pk).update(enabled=False, disabled_reason=reason[:2000], disabled_at=now)
+    Notification.objects.filter(
+        channel=channel, status__in=(NotificationStatus.QUEUED, NotificationStatus.RETRYING)
+    ).exclude(kind=NotificationKind.TEST).update(status=NotificationStatus.FAILED, error=f"Channel disabled: {reason}")
+    record_audit(actor=None, action="alerts.channel.disable", target=f"channel:{channel.pk}", detail=reason[:500])
+    logger.warning("channel %s disabled: %s", channel.pk, reason)
+
+
+def enqueue_due_notifications(*, now: dt.datetime | None = None) -> int:
+    """Enqueue retries that are due, queued notifications whose task was lost, and sends stuck on a dead worker."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        Notification.objects.filter(status=NotificationStatus.SENDING, claimed_at__lt=now - SENDING_STALE_AFTER).update(
+            status=NotificationStatus.RETRYING, next_attempt_at=now, error="The worker stopped while sending."
+        )
+        due = list(
+            Notification.objects.select_for_update(skip_locked=True)
+            .filter(
+                status__in=(NotificationStatus.RETRYING, NotificationStatus.QUEUED),
+                next_attempt_at__lte=now,
+            )
+            .values_list("pk", flat=True)[:500]
+        )
+        if due:
+            Notification.objects.filter(pk__in=due).update(
+                status=NotificationStatus.QUEUED, next_attempt_at=now + QUEUED_LEASE
+            )
+            _enqueue(due)
+    return len(due)
+
+
+# Changes made by people ----------------------------------------------------------------------------------------
+
+
+def acknowledge_alert(*, alert: Alert, actor: Actor, now: dt.datetime | None = None) -> Alert:
+    """Someone is on it: no more reminders. The alert still resolves (with a notice) when the condition clears."""
+    now = now or timezone.now()
+    updated = Alert.objects.filter(pk=alert.pk, status=AlertStatus.FIRING).update(
+        status=AlertStatus.ACKNOWLEDGED,
+        acknowledged_at=now,
+        acknowledged_by=actor if getattr(actor, "pk", None) else None,
+    )
+    if not updated:
+        raise AlertError("Only a firing alert can be acknowledged.")
+    record_audit(actor=actor, action="alerts.alert.acknowledge", target=f"alert:{alert.pk}", detail=alert.summary)
+    alert.refresh_from_db()
+    return alert
+
+
+def silence_alert(*, alert: Alert, actor: Actor, until: dt.datetime | None) -> Alert:
+    """Send nothing about this alert until `until` (None lifts the silence)."""
+    if not alert.is_open:
+        raise AlertError("A resolved alert cannot be silenced.")
+    alert.silenced_until = until
+    alert.save(update_fields=["silenced_until"])
+    detail = f"until {until.isoformat()}" if until else "silence lifted"
+    record_audit(actor=actor, action="alerts.alert.silence", target=f"alert:{alert.pk}", detail=detail)
+    return alert
+
+
+def silence_rule(*, rule: AlertRule, actor: Actor, until: dt.datetime | None) -> AlertRule:
+    rule.silenced_until = until
+    rule.save(update_fields=["silenced_until", "updated_at"])
+    detail = f"until {until.isoformat()}" if until else "silence lifted"
+    record_audit(actor=actor, action="alerts.rule.silence", target=f"rule:{rule.pk}", detail=detail)
+    return rule
+
+
+def save_rule(*, rule: AlertRule, channels: Iterable[Channel], actor: Actor) -> AlertRule:
+    """Create or update a rule. Changing what it watches ends its open alerts quietly: they meant something else."""
+    creating = rule.pk is None
+    with transaction.atomic():
+        if not creating:
+            before = AlertRule.objects.get(pk=rule.pk)
+            if any(getattr(before, name) != getattr(rule, name) for name in CONDITION_FIELDS) or not rule.enabled:
+                now = timezone.now()
+                for alert in Alert.objects.open().filter(rule=rule):
+                    _resolve_quietly(alert, now=now)
+        rule.save()
+        rule.channels.set(list(channels))
+        record_audit(
+            actor=actor,
+            action="alerts.rule.create" if creating else "alerts.rule.update",
+            target=f"rule:{rule.pk}",
+            detail=f"{rule.name}: {rule.get_kind_display()}, {rule.scope_display}, {rule.severity}",
+        )
+    return rule
+
+
+def delete_rule(*, rule: AlertRule, actor: Actor) -> None:
+    record_audit(actor=actor, action="alerts.rule.delete", target=f"rule:{rule.pk}", detail=rule.name)
+    rule.delete()
+
+
+def save_channel(*, channel: Channel, actor: Actor, attach_to_all_rules: bool = False) -> Channel:
+    """Create or update a channel; a new one can be attached to every existing rule at once."""
+    creating = channel.pk is None
+    with transaction.atomic():
+        channel.save()
+        if attach_to_all_rules:
+            channel.rules.add(*AlertRule.objects.all())
+        record_audit(
+            actor=actor,
+            action="alerts.channel.create" if creating else "alerts.channel.update",
+            target=f"channel:{channel.pk}",
+            detail=f"{channel.name} ({channel.kind}) {channel.target_display}",
+        )
+    return channel
+
+
+def enable_channel(*, channel: Channel, actor: Actor) -> Channel:
+    channel.enabled = True
+    channel.disabled_reason = ""
+    channel.disabled_at = None
+    channel.failure_streak = 0
+    channel.save(update_fields=["enabled", "disabled_reason", "disabled_at", "failure_streak"])
+    record_audit(actor=actor, action="alerts.channel.enable", target=f"channel:{channel.pk}", detail=channel.name)
+    return channel
+
+
+def delete_channel(*, channel: Channel, actor: Actor) -> None:
+    record_audit(actor=actor, action="alerts.channel.delete", target=f"channel:{channel.pk}", detail=channel.name)
+    channel.delete()
+
+
+def send_test_notification(*, channel: Channel, actor: Actor) -> Notification:
+    """Queue one test message to the channel (even a disabled one, to check it before switching it back on)."""
+    now = timezone.now()
+    with transaction.atomic():
+        notification = Notification.objects.create(
+            channel=channel,
+            kind=NotificationKind.TEST,
+            context={
+                "event": "test",
+                "channel": channel.name,
+                "severity": "info",
+                "rule": "Test notification",
+                "summary": f"Test notification for channel {channel.name}.",
+                "url": console_url(reverse("alerts:channel", args=[channel.pk])),
+                "sent_by": getattr(actor, "username", "") or "system",
+            },
+            created_at=now,
+            next_attempt_at=now + QUEUED_LEASE,
+        )
+        record_audit(actor=actor, action="alerts.channel.test", target=f"channel:{channel.pk}", detail=channel.name)
+        _enqueue([notification.pk])
+    return notification

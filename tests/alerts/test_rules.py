@@ -1,0 +1,256 @@
+"""Each rule kind fires on real data (dead letters stored through ingest, counters kept exact) and resolves."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from dlqconsole.alerts.defaults import DEFAULT_RULES, install_default_rules
+from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
+from dlqconsole.alerts.services import evaluate_rules
+from dlqconsole.deadletters.models import DeadLetterStatus, FailurePattern, PatternStatus
+from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from tests.alerts.conftest import ingest, rule, settle
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def open_alerts(alert_rule: AlertRule) -> dict[str, Alert]:
+    return {alert.subject: alert for alert in Alert.objects.open().filter(rule=alert_rule)}
+
+
+def test_default_rules_exist_after_migrate() -> None:
+    names = set(AlertRule.objects.values_list("name", flat=True))
+    assert {fields["name"] for fields in DEFAULT_RULES} <= names
+    assert install_default_rules(AlertRule) == 0
+
+
+def test_first_dead_letter_fires_the_default_rule_and_notifies(webhook: Channel) -> None:
+    webhook.rules.add(*AlertRule.objects.all())
+    assert evaluate_rules().fired == 0
+
+    ingest(1, queue="orders.dlq")
+    evaluate_rules()
+
+    alert = Alert.objects.get(rule__name="Dead letters waiting")
+    assert (alert.status, alert.subject, alert.value) == (AlertStatus.FIRING, "queue:orders.dlq", 1)
+    assert Notification.objects.filter(alert=alert, kind=NotificationKind.FIRING, channel=webhook).count() == 1
+
+
+def test_not_empty_resolves_when_dead_letters_are_dealt_with(webhook: Channel) -> None:
+    not_empty = rule("dlq_not_empty", channels=[webhook])
+    letters = ingest(3, queue="payments.dlq")
+    evaluate_rules()
+    assert open_alerts(not_empty)["queue:payments.dlq"].value == 3
+
+    settle(letters[:2])
+    evaluate_rules()
+    assert open_alerts(not_empty)["queue:payments.dlq"].value == 1
+
+    settle(letters[2:], status=DeadLetterStatus.ARCHIVED)
+    evaluate_rules()
+    alert = Alert.objects.get(rule=not_empty)
+    assert alert.status == AlertStatus.RESOLVED
+    assert list(alert.notifications.values_list("kind", flat=True).order_by("id")) == ["firing", "resolved"]
+
+
+def test_ignored_patterns_do_not_alert() -> None:
+    not_empty = rule("dlq_not_empty")
+    letters = ingest(2, queue="orders.dlq", message="Card declined for customer 42")
+    FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.IGNORED)
+
+    evaluate_rules()
+    assert open_alerts(not_empty) == {}
+
+    ingest(1, queue="orders.dlq", message="Connection reset by peer 10.0.0.1:5432", error_type="ConnectionError")
+    evaluate_rules()
+    assert open_alerts(not_empty)["queue:orders.dlq"].value == 1
+
+
+def test_queue_scope_matches_the_work_queue_or_its_dlq() -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    by_work_queue = rule("dlq_not_empty", queue="orders")
+    ingest(1, queue="orders.dlq")
+    ingest(1, queue="emails.dlq", message="SMTP 451 try later", error_type="SMTPError")
+
+    evaluate_rules()
+
+    assert set(open_alerts(by_work_queue)) == {"queue:orders.dlq"}
+
+
+def test_pattern_scope_counts_only_that_pattern() -> None:
+    timeouts = ingest(2, queue="orders.dlq")
+    ingest(5, queue="orders.dlq", message="Validation failed: field email", error_type="ValidationError")
+    pattern_rule = rule("dlq_not_empty", pattern=FailurePattern.objects.get(pk=timeouts[0].pattern_id))
+
+    evaluate_rules()
+
+    alerts = open_alerts(pattern_rule)
+    assert list(alerts) == [f"pattern:{timeouts[0].pattern_id}"]
+    assert alerts[f"pattern:{timeouts[0].pattern_id}"].value == 2
+
+
+def test_dead_letters_still_in_the_broker_count_as_waiting() -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    not_empty = rule("dlq_not_empty")
+    QueueSample.objects.create(queue="orders.dlq", messages=7, consumers=0)
+
+    evaluate_rules()
+
+    alert = open_alerts(not_empty)["queue:orders.dlq"]
+    assert alert.value == 7
+    assert "7 not yet ingested" in alert.summary
+
+
+def test_growth_fires_above_the_rate_and_resolves_when_it_slows() -> None:
+    growth = rule("dlq_growth", threshold=100, window_seconds=60, severity="critical")
+    start = timezone.now()
+    ingest(5, queue="orders.dlq")
+    evaluate_rules(now=start)
+    assert open_alerts(growth) == {}
+
+    ingest(150, queue="orders.dlq")
+    evaluate_rules(now=start + dt.timedelta(seconds=30))
+    alert = open_alerts(growth)["queue:orders.dlq"]
+    assert (alert.status, alert.value, alert.severity) == (AlertStatus.FIRING, 150, "critical")
+
+    ingest(20, queue="orders.dlq")
+    evaluate_rules(now=start + dt.timedelta(seconds=60))
+    assert open_alerts(growth)["queue:orders.dlq"].value == 170
+
+    # A window after the burst only 20 more arrived: below the threshold.
+    evaluate_rules(now=start + dt.timedelta(seconds=125))
+    assert open_alerts(growth) == {}
+    assert Alert.objects.get(rule=growth).status == AlertStatus.RESOLVED
+
+
+def test_growth_ignores_dead_letters_that_only_moved_from_broker_to_database() -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    growth = rule("dlq_growth", threshold=100, window_seconds=60)
+    start = timezone.now()
+    QueueSample.objects.create(queue="orders.dlq", messages=120, consumers=0, sampled_at=start)
+    evaluate_rules(now=start)
+
+    # The consumer drains the 120 into the database: nothing new arrived.
+    ingest(120, queue="orders.dlq")
+    QueueSample.objects.create(queue="orders.dlq", messages=0, consumers=1, sampled_at=start + dt.timedelta(seconds=5))
+    evaluate_rules(now=start + dt.timedelta(seconds=10))
+
+    assert open_alerts(growth) == {}
+
+
+def test_unignoring_a_pattern_is_not_growth() -> None:
+    growth = rule("dlq_growth", threshold=100, window_seconds=60)
+    letters = ingest(300, queue="orders.dlq", message="Card declined for customer 42")
+    FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.IGNORED)
+    start = timezone.now()
+    evaluate_rules(now=start)
+
+    FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.OPEN)
+    evaluate_rules(now=start + dt.timedelta(seconds=10))
+    evaluate_rules(now=start + dt.timedelta(seconds=20))
+
+    assert open_alerts(growth) == {}
+
+
+def test_new_pattern_fires_and_resolves_when_triaged() -> None:
+    new_pattern = rule("new_pattern", window_seconds=3600)
+    letters = ingest(2, queue="orders.dlq", message="KeyError: 'customer_id'", error_type="KeyError")
+    evaluate_rules()
+    subject = f"pattern:{letters[0].pattern_id}"
+    alert = open_alerts(new_pattern)[subject]
+    assert alert.status == AlertStatus.FIRING
+    assert "KeyError" in alert.summary or "customer_id" in alert.summary
+
+    FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.ACKNOWLEDGED)
+    evaluate_rules()
+
+    assert open_alerts(new_pattern) == {}
+
+
+def test_new_pattern_resolves_when_its_dead_letters_are_gone_and_old_patterns_never_fire() -> None:
+    old = ingest(1, queue="orders.dlq", message="Old failure", error_type="OldError")
+    FailurePattern.objects.filter(pk=old[0].pattern_id).update(first_seen_at=timezone.now() - dt.timedelta(days=2))
+    new_pattern = rule("new_pattern", window_seconds=3600)
+    letters = ingest(2, queue="orders.dlq", message="Brand new failure", error_type="NewError")
+    evaluate_rules()
+    assert set(open_alerts(new_pattern)) == {f"pattern:{letters[0].pattern_id}"}
+
+    settle(letters)
+    evaluate_rules()
+
+    assert open_alerts(new_pattern) == {}
+
+
+def test_reopened_pattern_fires_and_resolves_when_resolved_again() -> None:
+    reopened = rule("pattern_reopened", window_seconds=3600)
+    letters = ingest(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
+    pattern = FailurePattern.objects.get(pk=letters[0].pattern_id)
+    pattern.status = PatternStatus.RESOLVED
+    pattern.save()
+    evaluate_rules()
+    assert open_alerts(reopened) == {}
+
+    ingest(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
+    evaluate_rules()
+    alert = open_alerts(reopened)[f"pattern:{pattern.pk}"]
+    assert alert.status == AlertStatus.FIRING
+
+    FailurePattern.objects.filter(pk=pattern.pk).update(status=PatternStatus.RESOLVED)
+    evaluate_rules()
+    assert open_alerts(reopened) == {}
+
+
+def test_oldest_dead_letter_age() -> None:
+    oldest = rule("oldest_age", threshold=3600)
+    letters = ingest(2, queue="orders.dlq")
+    evaluate_rules()
+    assert open_alerts(oldest) == {}
+
+    later = timezone.now() + dt.timedelta(hours=2)
+    evaluate_rules(now=later)
+    alert = open_alerts(oldest)["queue:orders.dlq"]
+    assert alert.value > 7000
+
+    settle(letters)
+    evaluate_rules(now=later + dt.timedelta(seconds=2))
+    assert open_alerts(oldest) == {}
+
+
+def test_condition_must_hold_for_the_rules_duration() -> None:
+    not_empty = rule("dlq_not_empty", for_seconds=30)
+    start = timezone.now()
+    letters = ingest(1, queue="orders.dlq")
+    evaluate_rules(now=start)
+    assert open_alerts(not_empty)["queue:orders.dlq"].status == AlertStatus.PENDING
+
+    evaluate_rules(now=start + dt.timedelta(seconds=31))
+    assert open_alerts(not_empty)["queue:orders.dlq"].status == AlertStatus.FIRING
+
+    settle(letters)
+    evaluate_rules(now=start + dt.timedelta(seconds=40))
+    assert Alert.objects.get(rule=not_empty).status == AlertStatus.RESOLVED
+
+
+def test_pending_alert_that_clears_leaves_nothing() -> None:
+    not_empty = rule("dlq_not_empty", for_seconds=30)
+    letters = ingest(1, queue="orders.dlq")
+    evaluate_rules()
+    settle(letters)
+    evaluate_rules()
+
+    assert not Alert.objects.filter(rule=not_empty).exists()
+
+
+def test_disabling_a_rule_ends_its_alerts_without_a_notice(webhook: Channel) -> None:
+    not_empty = rule("dlq_not_empty", channels=[webhook])
+    ingest(1, queue="orders.dlq")
+    evaluate_rules()
+    AlertRule.objects.filter(pk=not_empty.pk).update(enabled=False)
+
+    evaluate_rules()
+
+    assert Alert.objects.get(rule=not_empty).status == AlertStatus.RESOLVED
+    assert list(Notification.objects.values_list("kind", flat=True)) == ["firing"]
