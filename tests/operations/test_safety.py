@@ -1,0 +1,249 @@
+"""Canary, boomerangs, the circuit breaker, the share of returns, and resuming after a worker died."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pika
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
+from dlqconsole.ingest.envelope import parse_envelope
+from dlqconsole.ingest.services import ingest_batch
+from dlqconsole.operations.counts import CountedRow, count_status_change
+from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
+from dlqconsole.operations.runner import count_returned
+from dlqconsole.operations.services import edit_and_retry, plan_operation, run_operation, start_operation
+from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
+
+pytestmark = pytest.mark.django_db
+
+
+def cells(queue: str) -> dict[str, int]:
+    return {cell.status: cell.count for cell in DeadLetterCount.objects.filter(source_queue=queue) if cell.count}
+
+
+def dead_letters_on_broker(channel, queue: str, count: int) -> list[DeadLetter]:  # type: ignore[no-untyped-def]
+    declare_with_dlq(channel, queue)
+    for n in range(count):
+        channel.basic_publish(
+            exchange="",
+            routing_key=queue,
+            body=f"job {n}".encode(),
+            properties=pika.BasicProperties(message_id=f"j{n}"),
+        )
+    kill_on_broker(channel, queue, count)
+    assert wait_for_depth(channel, queue + ".dlq", count) == count
+    return ingest_from(channel, queue + ".dlq")
+
+
+def test_a_replay_that_dies_again_links_to_its_first_record_and_counts_once(channel, queue_name, operator):
+    orders = queue_name("orders")
+    (first,) = dead_letters_on_broker(channel, orders, 1)
+    operation = plan_operation(kind=OperationKind.RETRY, filter={"ids": [first.pk]}, actor=operator)
+    start_operation(operation=operation, actor=operator)
+    run_operation(operation_id=operation.pk)
+    assert wait_for_depth(channel, orders, 1) == 1
+
+    kill_on_broker(channel, orders, 1)  # the service fails again
+    wait_for_depth(channel, orders + ".dlq", 1)
+    method, properties, body = channel.basic_get(queue=orders + ".dlq")
+    again = parse_envelope(source_queue=orders + ".dlq", body=body, properties=properties, now=timezone.now())
+    # At-least-once dead-lettering may deliver it twice; it is one record all the same.
+    ingest_batch(letters=[again])
+    ingest_batch(letters=[again])
+    channel.basic_ack(delivery_tag=method.delivery_tag)
+
+    boomerang = DeadLetter.objects.get(source_queue=orders + ".dlq", previous__isnull=False)
+    first.refresh_from_db()
+    assert boomerang.previous_id == first.pk
+    assert boomerang.replay_count == 1 and first.replay_count == 1
+    assert first.status == DeadLetterStatus.REPLAYED
+    assert cells(orders + ".dlq") == {"parked": 1, "replayed": 1}
+    assert count_returned(operation=operation) == 1
+
+
+def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, queue_name, operator):
+    orders = queue_name("orders")
+    letters = dead_letters_on_broker(channel, orders, 5)
+    operation = plan_operation(
+        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=1
+    )
+    start_operation(operation=operation, actor=operator)
+    waits: list[float] = []
+
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    assert len(waits) == 1 and 0 < waits[0] <= 1
+    assert wait_for_depth(channel, orders, 2) == 2
+    kill_on_broker(channel, orders, 2)
+    wait_for_depth(channel, orders + ".dlq", 2)
+    ingest_from(channel, orders + ".dlq")
+    time.sleep(1.1)
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 1s"
+    assert (operation.succeeded, operation.returned) == (2, 2)
+    assert operation.items.filter(status=ItemStatus.PENDING).count() == 3
+    rest = DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters[2:]])
+    assert set(rest.values_list("status", flat=True)) == {"parked"}
+
+
+def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 5)
+    operation = plan_operation(
+        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=1
+    )
+    start_operation(operation=operation, actor=operator)
+
+    run_operation(operation_id=operation.pk)  # no worker queue: it waits in process
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.canary_passed, operation.succeeded) == ("done", True, 5)
+    assert wait_for_depth(channel, orders, 5) == 5
+
+
+def test_the_circuit_breaker_pauses_when_publishing_keeps_failing_and_loses_nothing(
+    channel, queue_name, operator, settings
+):
+    settings.DLQ_OPERATION_BREAKER_FAILURES = 3
+    settings.DLQ_OPERATION_CHUNK_SIZE = 2
+    orders = queue_name("orders")
+    letters = dead_letters_on_broker(channel, orders, 10)
+    operation = plan_operation(
+        kind=OperationKind.MOVE, filter={"queue": [orders]}, actor=operator, target_queue=queue_name("gone")
+    )
+    start_operation(operation=operation, actor=operator)
+
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED
+    assert operation.pause_reason.startswith("publishing keeps failing: 4 failures in a row; the last: unroutable")
+    assert (operation.failed, operation.items.filter(status=ItemStatus.PENDING).count()) == (4, 6)
+    statuses = sorted(
+        DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).values_list("status", flat=True)
+    )
+    assert statuses == ["failed"] * 4 + ["parked"] * 6
+    assert cells(orders + ".dlq") == {"failed": 4, "parked": 6}
+
+
+def test_a_dead_letter_with_no_known_destination_is_skipped_and_stays_parked(operator):
+    properties = pika.BasicProperties(headers={"x-exception-message": "boom"})
+    letter = parse_envelope(source_queue="lost.dlq", body=b"?", properties=properties, now=timezone.now())
+    ingest_batch(letters=[letter])
+    operation = plan_operation(kind=OperationKind.RETRY, filter={"queue": ["lost.dlq"]}, actor=operator)
+    assert operation.unreplayable == 1
+    assert list(operation.unreplayable_reasons) == [
+        "no known destination (no queue, exchange or routing key in its x-death)"
+    ]
+    start_operation(operation=operation, actor=operator)
+
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.skipped) == ("done", 1)
+    assert operation.items.get().error.startswith("no known destination")
+    assert DeadLetter.objects.get(source_queue="lost.dlq").status == "parked"
+
+
+def test_in_flight_items_left_by_a_dead_worker_are_published_again_and_recorded_as_duplicates(
+    channel, queue_name, operator
+):
+    orders = queue_name("orders")
+    letters = dead_letters_on_broker(channel, orders, 4)
+    operation = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
+    start_operation(operation=operation, actor=operator)
+    # What a worker killed mid-chunk leaves: two items in flight, their dead letters replaying, a stale heartbeat.
+    taken = letters[:2]
+    operation.items.filter(dead_letter__in=taken).update(
+        status=ItemStatus.IN_FLIGHT, attempts=1, previous_status="parked"
+    )
+    count_status_change(
+        [CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, "parked") for letter in taken],
+        to_status="replaying",
+    )
+    DeadLetter.objects.filter(pk__in=[letter.pk for letter in taken]).update(status="replaying")
+    Operation.objects.filter(pk=operation.pk).update(
+        runner="dead-worker",
+        heartbeat_at=timezone.now() - dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS + 1),
+    )
+
+    assert run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded, operation.duplicates) == ("done", 4, 2)
+    attempts = dict(operation.items.values_list("dead_letter_id", "attempts"))
+    assert attempts == {taken[0].pk: 2, taken[1].pk: 2, letters[2].pk: 1, letters[3].pk: 1}
+    assert cells(orders + ".dlq") == {"replayed": 4}
+    assert wait_for_depth(channel, orders, 4) == 4
+
+
+def test_a_live_worker_keeps_its_operation(operator):
+    operation = Operation.objects.create(kind="archive", status="running", runner="alive", heartbeat_at=timezone.now())
+
+    assert not run_operation(operation_id=operation.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operation_pauses_itself_when_too_many_replays_come_back(channel, queue_name, operator):
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 60)
+    operation = plan_operation(
+        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, rate="20/1s", max_return_share=0.2
+    )
+    start_operation(operation=operation, actor=operator)
+
+    def work() -> None:
+        try:
+            run_operation(operation_id=operation.pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    # The service is still broken: everything replayed dies again, and the consumer ingests it.
+    deadline = time.monotonic() + 30
+    while worker.is_alive() and time.monotonic() < deadline:
+        depth = channel.queue_declare(queue=orders, passive=True).method.message_count
+        if depth:
+            kill_on_broker(channel, orders, depth)
+            wait_for_depth(channel, orders + ".dlq", depth)
+            ingest_from(channel, orders + ".dlq")
+        time.sleep(0.2)
+    worker.join(timeout=30)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED
+    assert "replayed messages came back to a dead-letter queue (more than 20%)" in operation.pause_reason
+    assert operation.succeeded < 60
+    assert operation.items.filter(status=ItemStatus.PENDING).count() == 60 - operation.processed
+
+
+def test_edit_and_retry_publishes_the_edited_copy_and_keeps_the_original(channel, queue_name, operator):
+    orders = queue_name("orders")
+    (original,) = dead_letters_on_broker(channel, orders, 1)
+
+    operation = edit_and_retry(
+        dead_letter=original, body=b'{"fixed": true}', headers={"tenant": "acme"}, actor=operator
+    )
+    run_operation(operation_id=operation.pk)
+
+    assert wait_for_depth(channel, orders, 1) == 1
+    ((properties, body),) = drain(channel, orders)
+    assert body == b'{"fixed": true}'
+    assert properties.headers["tenant"] == "acme"
+    assert properties.message_id == "j0"
+    original.refresh_from_db()
+    copy = DeadLetter.objects.get(edited_from=original)
+    assert (original.status, bytes(original.body)) == ("parked", b"job 0")
+    assert (copy.status, operation.kind) == ("replayed", OperationKind.EDIT_RETRY)
+    assert cells(orders + ".dlq") == {"parked": 1, "replayed": 1}
