@@ -209,18 +209,17 @@ def backpressure() -> list[Backpressure]:
 
 
 def firing_alerts(*, limit: int = 20) -> list[Any]:
-    """Alerts that fire now, newest first (empty until the alerts app has its records)."""
-    try:
-        from dlqconsole.alerts.models import Alert  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    return list(Alert.objects.filter(status="firing").order_by("-id")[:limit])
+    """Alerts firing or acknowledged now, the most severe and newest first."""
+    from dlqconsole.alerts.models import Alert
+
+    alerts = list(Alert.objects.active().select_related("rule").order_by("-started_at", "-id")[:limit])
+    rank = {"emergency": 0, "critical": 1, "warning": 2, "info": 3}
+    alerts.sort(key=lambda alert: rank.get(alert.severity, len(rank)))
+    return alerts
 
 
 def running_operations(*, limit: int = 20) -> list[Any]:
-    """Operations that are not finished, newest first (empty until the operations app has its records)."""
-    try:
-        from dlqconsole.operations.models import Operation  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    return list(Operation.objects.exclude(status__in=["succeeded", "failed", "cancelled"]).order_by("-id")[:limit])
+    """Operations that are not finished (planned, canary, running, paused), newest first."""
+    from dlqconsole.operations.models import Operation
+
+    return list(Operation.objects.unfinished().order_by("-id")[:limit])

@@ -1,0 +1,124 @@
+"""Edit and retry: a form, a diff, then an edited copy sent while the original is kept and linked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.core import jsonsafe
+from dlqconsole.core.amqp import connect
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
+from dlqconsole.operations.models import Operation
+from tests.deadletters.page_world import ingest, letter
+
+pytestmark = [pytest.mark.django_db]
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    yield settings.CELERY_TASK_DEFAULT_QUEUE
+    connection = connect(settings.AMQP_URL)
+    channel = connection.channel()
+    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
+    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    connection.close()
+
+
+def test_viewer_cannot_edit_and_retry(viewer: User) -> None:
+    (stored,) = ingest(letter())
+
+    client = client_for(viewer)
+
+    assert client.get(f"/messages/{stored.pk}/edit/").status_code == 403
+    assert (
+        client.post(f"/messages/{stored.pk}/edit/", {"body": "{}", "headers": "{}", "action": "send"}).status_code
+        == 403
+    )
+    assert DeadLetter.objects.count() == 1
+    assert "/edit/" not in client.get(f"/messages/{stored.pk}/").content.decode()
+
+
+def test_edit_form_starts_from_the_payload_and_headers(operator: User) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7, "note": "<b>x</b>"}', headers={"tenant": "acme"}))
+
+    html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
+
+    assert "{&quot;order&quot;: 7, &quot;note&quot;: &quot;&lt;b&gt;x&lt;/b&gt;&quot;}" in html
+    assert "&quot;tenant&quot;: &quot;acme&quot;" in html
+    assert "x-death" not in html
+
+
+def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    headers = {"tenant": "acme"}
+
+    response = client_for(operator).post(
+        f"/messages/{stored.pk}/edit/",
+        {"body": '{"order": 8}', "headers": json.dumps(headers), "action": "preview"},
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert '<span class="del">-{&quot;order&quot;: 7}</span>' in html
+    assert '<span class="add">+{&quot;order&quot;: 8}</span>' in html
+    assert 'value="send"' in html
+    assert DeadLetter.objects.count() == 1 and Operation.objects.count() == 0
+
+
+def test_bad_headers_json_is_explained(operator: User) -> None:
+    (stored,) = ingest(letter())
+
+    response = client_for(operator).post(
+        f"/messages/{stored.pk}/edit/", {"body": "{}", "headers": "[1, 2", "action": "send"}
+    )
+
+    assert response.status_code == 400
+    assert "Headers must be a JSON object" in response.content.decode()
+    assert DeadLetter.objects.count() == 1
+
+
+def test_send_keeps_the_original_and_retries_a_linked_copy(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7}', headers={"tenant": "acme"}))
+    original_body = bytes(stored.body)
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        response = client_for(operator).post(
+            f"/messages/{stored.pk}/edit/",
+            {"body": '{"order": 8}', "headers": '{"tenant": "globex", "fixed": true}', "action": "send"},
+        )
+
+    copy = DeadLetter.objects.get(edited_from=stored)
+    operation = Operation.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/operations/{operation.pk}/"
+    assert len(enqueued) == 1
+    stored.refresh_from_db()
+    assert bytes(stored.body) == original_body
+    assert bytes(copy.body) == b'{"order": 8}'
+    assert jsonsafe.decode(copy.headers) == {"tenant": "globex", "fixed": True}
+    assert list(operation.items.values_list("dead_letter_id", flat=True)) == [copy.pk]
+    assert AuditEntry.objects.filter(action="deadletter.edit_retry", target=f"deadletter:{stored.pk}").exists()
+    assert sum(DeadLetterCount.objects.values_list("count", flat=True)) == 2
+    detail = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+    assert f'href="/messages/{copy.pk}/"' in detail
+
+
+def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
+    (stored,) = ingest(letter(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
+
+    html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
+
+    assert "not UTF-8 text" in html and "<textarea" not in html

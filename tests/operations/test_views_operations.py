@@ -1,0 +1,262 @@
+"""Plan and operation pages: who may do what, the plan, the progress fragment and the controls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.core.amqp import connect
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.operations.models import Operation, OperationStatus
+from dlqconsole.operations.services import plan_operation, run_operation
+from tests.deadletters.page_world import many
+
+pytestmark = [pytest.mark.django_db]
+
+HX = {"HX-Request": "true"}
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    """The Celery queue this test run publishes to; emptied afterwards (no worker runs in these tests)."""
+    yield settings.CELERY_TASK_DEFAULT_QUEUE
+    connection = connect(settings.AMQP_URL)
+    channel = connection.channel()
+    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
+    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    connection.close()
+
+
+def test_viewer_cannot_open_a_plan(viewer: User) -> None:
+    letters = many(2)
+
+    response = client_for(viewer).get(f"/operations/plan/?kind=retry&pattern={letters[0].pattern_id}")
+
+    assert response.status_code == 403
+
+
+def test_viewer_post_to_purge_gets_403_and_changes_nothing(viewer: User) -> None:
+    letters = many(3)
+
+    response = client_for(viewer).post(
+        "/operations/plan/", {"kind": "purge", "pattern": letters[0].pattern_id, "scope": "all"}
+    )
+
+    assert response.status_code == 403
+    assert Operation.objects.count() == 0
+    assert DeadLetter.objects.filter(pk__in=[row.pk for row in letters]).count() == 3
+    assert not AuditEntry.objects.filter(action__startswith="operation.purge").exists()
+
+
+def test_operator_cannot_purge_but_an_admin_can_plan_it(operator: User, admin_user: User) -> None:
+    letters = many(2)
+    form = {"kind": "purge", "pattern": letters[0].pattern_id, "scope": "all"}
+
+    refused = client_for(operator).post("/operations/plan/", form)
+    planned = client_for(admin_user).post("/operations/plan/", form)
+
+    assert refused.status_code == 403
+    operation = Operation.objects.get()
+    assert planned.status_code == 302 and planned["Location"] == f"/operations/{operation.pk}/"
+    assert (operation.kind, operation.total, operation.status) == ("purge", 2, OperationStatus.PLANNED)
+    assert AuditEntry.objects.filter(action="operation.purge.plan", count=2).exists()
+
+
+def test_viewer_cannot_start_pause_or_cancel_an_operation(viewer: User, operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="archive", filter={"ids": [row.pk for row in letters]}, actor=operator)
+    client = client_for(viewer)
+
+    for action in ("start", "pause", "resume", "cancel", "rate"):
+        assert client.post(f"/operations/{operation.pk}/{action}/", {"rate": "5/1s"}).status_code == 403
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PLANNED
+    assert set(DeadLetter.objects.values_list("status", flat=True)) == {DeadLetterStatus.PARKED}
+
+
+def test_plan_page_shows_the_filter_and_an_estimate_from_the_counters(operator: User) -> None:
+    letters = many(4)
+
+    page = client_for(operator).get(f"/operations/plan/?kind=retry&pattern={letters[0].pattern_id}&scope=all")
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "4 dead letters now" in html
+    assert "Request timed out after &lt;NUM&gt;ms" in html
+    assert 'name="rate"' in html and 'name="canary_size"' in html
+
+
+def test_plan_refuses_an_empty_filter(operator: User) -> None:
+    many(2)
+
+    page = client_for(operator).get("/operations/plan/?kind=retry&scope=all")
+
+    assert "An operation needs a filter" in page.content.decode()
+    assert client_for(operator).post("/operations/plan/", {"kind": "retry", "scope": "all"}).status_code == 400
+    assert Operation.objects.count() == 0
+
+
+def test_plan_of_ticked_rows_takes_only_those(operator: User) -> None:
+    letters = many(5)
+    ticked = sorted([letters[1].pk, letters[3].pk])
+
+    response = client_for(operator).post(
+        "/operations/plan/", {"kind": "archive", "scope": "selected", "ids": ticked, "queue": "orders.dlq"}
+    )
+
+    operation = Operation.objects.get()
+    assert response.status_code == 302
+    assert operation.total == 2
+    assert sorted(operation.items.values_list("dead_letter_id", flat=True)) == ticked
+
+
+def test_plan_of_all_matching_ignores_ticked_rows(operator: User) -> None:
+    letters = many(5)
+
+    client_for(operator).post(
+        "/operations/plan/", {"kind": "archive", "scope": "all", "ids": [letters[0].pk], "queue": "orders.dlq"}
+    )
+
+    assert Operation.objects.get().total == 5
+
+
+def test_plan_with_a_bad_rate_explains_and_plans_nothing(operator: User) -> None:
+    letters = many(1)
+
+    response = client_for(operator).post(
+        "/operations/plan/", {"kind": "retry", "scope": "all", "pattern": letters[0].pattern_id, "rate": "fast"}
+    )
+
+    assert response.status_code == 400
+    assert "rate" in response.content.decode().lower()
+    assert Operation.objects.count() == 0
+
+
+def test_operation_page_shows_the_plan_and_a_polling_progress_fragment(operator: User) -> None:
+    letters = many(3)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    client = client_for(operator)
+
+    page = client.get(f"/operations/{operation.pk}/")
+    fragment = client.get(f"/operations/{operation.pk}/", headers=HX)
+
+    html = page.content.decode()
+    assert page.status_code == 200 and "<html" in html
+    assert "Start: archive 3 messages" in html
+    assert "orders.dlq" in html
+    body = fragment.content.decode()
+    assert fragment.status_code == 200
+    assert body.strip().startswith('<section id="progress"') and "<html" not in body
+    assert 'hx-trigger="every 1s"' in body
+
+
+def test_progress_fragment_stops_polling_when_the_operation_is_finished(operator: User) -> None:
+    letters = many(3)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.RUNNING)
+    run_operation(operation_id=operation.pk)
+
+    fragment = client_for(operator).get(f"/operations/{operation.pk}/", headers=HX)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.DONE
+    assert fragment.status_code == 286
+    body = fragment.content.decode()
+    assert "every 1s" not in body
+    assert "100%" in body
+
+
+def test_operator_starts_pauses_changes_rate_resumes_and_cancels(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(3)
+    operation = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator, rate="1/1m")
+    client = client_for(operator)
+
+    with django_capture_on_commit_callbacks(execute=True) as started:
+        start = client.post(f"/operations/{operation.pk}/start/", headers=HX)
+    assert start.status_code == 200 and len(started) == 1
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.RUNNING
+
+    pause = client.post(f"/operations/{operation.pk}/pause/")
+    assert pause.status_code == 302
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.PAUSED
+
+    rate = client.post(f"/operations/{operation.pk}/rate/", {"rate": "20/1s"}, headers=HX)
+    assert rate.status_code == 200 and "20/1s" in rate.content.decode()
+    assert Operation.objects.get(pk=operation.pk).rate == "20/1s"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resume = client.post(f"/operations/{operation.pk}/resume/", headers=HX)
+    assert resume.status_code == 200
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.RUNNING
+
+    cancel = client.post(f"/operations/{operation.pk}/cancel/", headers=HX)
+    assert cancel.status_code == 200
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.CANCELLED
+    assert set(AuditEntry.objects.values_list("action", flat=True)) >= {
+        "operation.retry.start",
+        "operation.pause",
+        "operation.rate",
+        "operation.resume",
+        "operation.cancel",
+    }
+
+
+def test_a_control_that_does_not_apply_says_why(operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+
+    response = client_for(operator).post(f"/operations/{operation.pk}/resume/", headers=HX)
+
+    assert response.status_code == 409
+    assert "only a paused one can resume" in response.content.decode()
+
+
+def test_operations_list_shows_history_as_page_and_fragment(operator: User) -> None:
+    letters = many(2)
+    first = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+    second = plan_operation(kind="retry", filter={"ids": [letters[1].pk]}, actor=operator)
+    client = client_for(operator)
+
+    page = client.get("/operations/")
+    fragment = client.get("/operations/?kind=retry", headers=HX)
+
+    html = page.content.decode()
+    assert f"Archive #{first.pk}" in html and f"Retry #{second.pk}" in html
+    body = fragment.content.decode()
+    assert body.strip().startswith('<section id="operations"')
+    assert f"Retry #{second.pk}" in body and f"Archive #{first.pk}" not in body
+
+
+def test_viewer_sees_operations_but_no_controls(viewer: User, operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+
+    html = client_for(viewer).get(f"/operations/{operation.pk}/").content.decode()
+
+    assert f"Archive #{operation.pk}" in html
+    assert "/start/" not in html and "/cancel/" not in html
+
+
+def test_changes_need_the_csrf_token(operator: User) -> None:
+    letters = many(1)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator)
+
+    response = strict.post("/operations/plan/", {"kind": "archive", "scope": "all", "ids": [letters[0].pk]})
+
+    assert response.status_code == 403
+    assert Operation.objects.count() == 0
