@@ -81,11 +81,18 @@ def drain(channel: Channel, queue: str) -> list[tuple[pika.BasicProperties, byte
 
 
 def synthetic_dead_letters(
-    *, queue: str, count: int, exchange: str = "", error: str = "Request timed out after 30s", start: int = 0
+    *,
+    queue: str,
+    count: int,
+    exchange: str = "",
+    error: str = "Request timed out after 30s",
+    start: int = 0,
+    now: dt.datetime | None = None,
+    extra_headers: dict[str, Any] | None = None,
 ) -> list[int]:
     """Ingest `count` dead letters shaped exactly as RabbitMQ delivers them from QUEUE.dlq (x-death and all),
     without making them die one by one on the broker: the big tests need thousands."""
-    now = timezone.now()
+    now = now or timezone.now()
     ids: list[int] = []
     for first in range(start, start + count, 1000):
         letters = []
@@ -106,6 +113,7 @@ def synthetic_dead_letters(
                 "x-first-death-exchange": exchange,
                 "x-exception-message": error,
                 "seq": n,
+                **(extra_headers or {}),
             }
             properties = pika.BasicProperties(message_id=f"m-{n}", content_type="text/plain", headers=headers)
             letters.append(
@@ -113,7 +121,7 @@ def synthetic_dead_letters(
                     source_queue=queue + ".dlq", body=f"message {n}".encode(), properties=properties, now=now
                 )
             )
-        ingest_batch(letters=letters)
+        ingest_batch(letters=letters, now=now)
         ids.extend(
             DeadLetter.objects.filter(dedupe_key__in=[letter.dedupe_key for letter in letters]).values_list(
                 "pk", flat=True
