@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-import pika
 import pytest
 from django.test import override_settings
 from django.utils import timezone
+from pika.adapters.blocking_connection import BlockingChannel
 
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
 from dlqconsole.alerts.services import evaluate_rules
@@ -19,15 +19,13 @@ from tests.alerts.conftest import rule
 
 pytestmark = [pytest.mark.django_db]
 
-Channel = pika.adapters.blocking_connection.BlockingChannel
 
-
-def publish(channel: Channel, queue: str, count: int) -> None:
+def publish(channel: BlockingChannel, queue: str, count: int) -> None:
     for number in range(count):
         channel.basic_publish(exchange="", routing_key=queue, body=str(number).encode())
 
 
-def reject(channel: Channel, queue: str, count: int) -> None:
+def reject(channel: BlockingChannel, queue: str, count: int) -> None:
     """Dead-letter `count` messages of the work queue the way a failing consumer does."""
     for _ in range(count):
         method, _properties, _body = channel.basic_get(queue)
@@ -36,7 +34,7 @@ def reject(channel: Channel, queue: str, count: int) -> None:
 
 
 @pytest.fixture
-def orders(queue_name: Callable[[str], str], amqp_channel: Channel) -> str:
+def orders(queue_name: Callable[[str], str], amqp_channel: BlockingChannel) -> str:
     name = queue_name("orders")
     declare_queue_topology(name=name)
     amqp_channel.confirm_delivery()
@@ -47,7 +45,7 @@ def open_severities() -> dict[str, float]:
     return {alert.severity: alert.value for alert in Alert.objects.open().filter(rule__kind="queue_depth")}
 
 
-def test_depth_thresholds_escalate_and_resolve_on_a_real_queue(orders: str, amqp_channel: Channel) -> None:
+def test_depth_thresholds_escalate_and_resolve_on_a_real_queue(orders: str, amqp_channel: BlockingChannel) -> None:
     for severity in ("warning", "critical", "emergency"):
         rule("queue_depth", severity=severity)
     watched = WatchedQueue.objects.get(name=orders)
@@ -83,7 +81,7 @@ def test_depth_thresholds_escalate_and_resolve_on_a_real_queue(orders: str, amqp
     }
 
 
-def test_per_queue_thresholds_and_a_rule_threshold_override(orders: str, amqp_channel: Channel) -> None:
+def test_per_queue_thresholds_and_a_rule_threshold_override(orders: str, amqp_channel: BlockingChannel) -> None:
     WatchedQueue.objects.filter(name=orders).update(warning_depth=5)
     rule("queue_depth", severity="warning")
     fixed = AlertRule.objects.create(name="test depth over 8", kind="queue_depth", severity="critical", threshold=8)
@@ -99,7 +97,7 @@ def test_per_queue_thresholds_and_a_rule_threshold_override(orders: str, amqp_ch
     assert Alert.objects.open().get(rule=fixed).value == 9
 
 
-def test_dead_letter_queue_depth_is_the_consumers_lag(orders: str, amqp_channel: Channel) -> None:
+def test_dead_letter_queue_depth_is_the_consumers_lag(orders: str, amqp_channel: BlockingChannel) -> None:
     not_empty = rule("dlq_not_empty")
     publish(amqp_channel, orders, 4)
     reject(amqp_channel, orders, 3)
@@ -115,7 +113,7 @@ def test_dead_letter_queue_depth_is_the_consumers_lag(orders: str, amqp_channel:
     assert "3 not yet ingested" in alert.summary
 
 
-def test_a_stale_sample_leaves_depth_alerts_as_they_are(orders: str, amqp_channel: Channel) -> None:
+def test_a_stale_sample_leaves_depth_alerts_as_they_are(orders: str, amqp_channel: BlockingChannel) -> None:
     rule("queue_depth", severity="warning")
     publish(amqp_channel, orders, 60)
     start = timezone.now()
