@@ -1,0 +1,292 @@
+"""Prometheus metrics about dead letters, computed from the database when /metrics is scraped.
+
+Every number comes from counters or small tables (DeadLetterCount, IngestStat, FailurePattern, Operation,
+Alert, Channel, the newest QueueSamples) or from one indexed lookup per queue, never from counting dead letters,
+so a scrape costs the same with a million stored dead letters. Labels stay bounded: queues are capped at
+DLQ_METRICS_MAX_QUEUES (the rest are summed as queue="other"), and no label ever carries a pattern or message id.
+Only unfinished operations (at most MAX_OPERATIONS of them) are labelled by id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import Count, Sum
+from django.utils import timezone
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+OTHER = "other"
+MAX_OPERATIONS = 20
+
+# name: (type, help, labels). describe() and collect() both read this, so the two cannot drift apart.
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "dlq_metrics_up": ("gauge", "1 when the database metrics below could be read.", ()),
+    "dlq_dead_letters": (
+        "gauge",
+        "Dead letters stored, by queue, failure reason and status.",
+        ("queue", "reason", "status"),
+    ),
+    "dlq_oldest_parked_dead_letter_age_seconds": ("gauge", "Age of the oldest parked dead letter.", ()),
+    "dlq_oldest_parked_age_seconds": ("gauge", "Age of the oldest parked dead letter of a queue.", ("queue",)),
+    "dlq_patterns": ("gauge", "Failure patterns (not merged away), by triage status.", ("status",)),
+    "dlq_patterns_created": ("counter", "Failure patterns ever created.", ()),
+    "dlq_pattern_reopens": ("counter", "Resolved patterns that received a new dead letter.", ()),
+    "dlq_ingest_received": ("counter", "Deliveries taken from a dead-letter queue and committed.", ("queue",)),
+    "dlq_ingest_inserted": ("counter", "New dead letters stored.", ("queue",)),
+    "dlq_ingest_duplicates": ("counter", "Redelivered copies of dead letters already stored.", ("queue",)),
+    "dlq_ingest_malformed": ("counter", "Dead letters stored with envelope parse problems.", ("queue",)),
+    "dlq_ingest_last_batch_timestamp_seconds": ("gauge", "When consume_dlq last committed a batch.", ("queue",)),
+    "dlq_operation_messages": (
+        "counter",
+        "Messages handled by operations, by kind (retry, move, archive, ...) and outcome.",
+        ("kind", "outcome"),
+    ),
+    "dlq_operation_returned": ("counter", "Replayed messages that came back to a dead-letter queue.", ("kind",)),
+    "dlq_operations": ("gauge", "Operations by kind and status.", ("kind", "status")),
+    "dlq_operation_progress_ratio": (
+        "gauge",
+        "Share of an unfinished operation's messages with an outcome.",
+        ("operation", "kind", "status"),
+    ),
+    "dlq_operation_remaining_messages": (
+        "gauge",
+        "Messages an unfinished operation has still to handle.",
+        ("operation", "kind", "status"),
+    ),
+    "dlq_alerts": ("gauge", "Open alerts of the console's rules, by severity and status.", ("severity", "status")),
+    "dlq_alert_evaluation_timestamp_seconds": ("gauge", "When the alert rules were last evaluated.", ()),
+    "dlq_alert_evaluation_duration_seconds": ("gauge", "How long the last alert evaluation took.", ()),
+    "dlq_notifications": (
+        "counter",
+        "Alert notifications sent or failed for good, by channel kind.",
+        ("kind", "outcome"),
+    ),
+    "dlq_channels_disabled": ("gauge", "Notification channels switched off after permanent failures.", ()),
+    "dlq_queue_messages": ("gauge", "Messages ready in a watched queue (role: work or dlq).", ("queue", "role")),
+    "dlq_queue_consumers": ("gauge", "Consumers of a watched queue (role: work or dlq).", ("queue", "role")),
+    "dlq_queue_sample_timestamp_seconds": ("gauge", "When the queue's depth was sampled.", ("queue", "role")),
+    "dlq_consumer_lag_messages": ("gauge", "Dead letters in a DLQ not yet ingested by consume_dlq.", ("queue",)),
+    "dlq_queue_depth_threshold": (
+        "gauge",
+        "Depth thresholds of a watched work queue (level: warning, critical, emergency).",
+        ("queue", "level"),
+    ),
+}
+
+
+class Families:
+    """Metric families being filled for one scrape."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+        for name, (kind, documentation, labels) in METRICS.items():
+            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            self.families[name] = family_type(name, documentation, labels=list(labels))
+
+    def add(self, name: str, value: float, *labels: str) -> None:
+        family = self.families[name]
+        family.add_metric(list(labels), value)  # type: ignore[attr-defined]
+
+
+class DeadLetterCollector(Collector):
+    def describe(self) -> Iterator[Metric]:
+        # Registration calls describe() instead of collect(), so starting a process never queries the database.
+        yield from Families().families.values()
+
+    def collect(self) -> Iterator[Metric]:
+        families = Families()
+        try:
+            fill(families, now=timezone.now())
+        except DatabaseError:
+            logger.exception("dead-letter metrics could not be read")
+            families = Families()
+            families.add("dlq_metrics_up", 0)
+        else:
+            families.add("dlq_metrics_up", 1)
+        yield from families.families.values()
+
+
+def fill(families: Families, *, now: dt.datetime) -> None:
+    label = queue_labels()
+    _dead_letters(families, label=label, now=now)
+    _patterns(families)
+    _ingest(families, label=label)
+    _operations(families)
+    _alerts(families)
+    _queues(families, label=label, now=now)
+
+
+def queue_labels() -> dict[str, str]:
+    """Which queue names get a label of their own: watched queues first, then the DLQs holding the most."""
+    from dlqconsole.deadletters.models import DeadLetterCount
+    from dlqconsole.ingest.models import WatchedQueue
+
+    ranked: list[str] = []
+    for name, dead_letter_queue in WatchedQueue.objects.filter(enabled=True).values_list("name", "dead_letter_queue"):
+        ranked += [name, dead_letter_queue]
+    totals = DeadLetterCount.objects.values("source_queue").annotate(total=Sum("count")).order_by("-total")
+    ranked += [row["source_queue"] for row in totals]
+    chosen = list(dict.fromkeys(ranked))[: settings.DLQ_METRICS_MAX_QUEUES]
+    return {name: name for name in chosen}
+
+
+def _queue(label: dict[str, str], name: str) -> str:
+    return label.get(name, OTHER)
+
+
+def _dead_letters(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
+    from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
+
+    cells: dict[tuple[str, str, str], int] = defaultdict(int)
+    parked_queues: set[str] = set()
+    for queue, reason, status, total in (
+        DeadLetterCount.objects.values_list("source_queue", "failure_reason", "status")
+        .annotate(total=Sum("count"))
+        .order_by()
+    ):
+        cells[(_queue(label, queue), reason, status)] += int(total or 0)
+        if status == DeadLetterStatus.PARKED and total and queue in label:
+            parked_queues.add(queue)
+    for (queue, reason, status), total in sorted(cells.items()):
+        families.add("dlq_dead_letters", total, queue, reason, status)
+    # Both walk the (status, ingested_at) or (queue, status, id) index from its oldest end: one row each.
+    oldest = DeadLetter.objects.parked().order_by("ingested_at").values_list("ingested_at", flat=True).first()
+    families.add("dlq_oldest_parked_dead_letter_age_seconds", _age(oldest, now))
+    for queue in sorted(parked_queues):
+        first = DeadLetter.objects.parked().in_queue(queue).order_by("id").values_list("ingested_at", flat=True).first()
+        if first is not None:
+            families.add("dlq_oldest_parked_age_seconds", _age(first, now), queue)
+
+
+def _age(moment: dt.datetime | None, now: dt.datetime) -> float:
+    return max(0.0, (now - moment).total_seconds()) if moment is not None else 0.0
+
+
+def _patterns(families: Families) -> None:
+    from dlqconsole.deadletters.models import FailurePattern, PatternEvent, PatternStatus
+
+    by_status = dict(FailurePattern.objects.active().values_list("status").annotate(total=Count("pk")).order_by())
+    for status in PatternStatus.values:
+        families.add("dlq_patterns", by_status.get(status, 0), status)
+    families.add("dlq_patterns_created", FailurePattern.objects.count())
+    families.add("dlq_pattern_reopens", PatternEvent.objects.filter(kind=PatternEvent.Kind.REOPENED).count())
+
+
+def _ingest(families: Families, *, label: dict[str, str]) -> None:
+    from dlqconsole.ingest.models import IngestStat
+
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for stat in IngestStat.objects.all():
+        queue = _queue(label, stat.source_queue)
+        for field in ("received", "inserted", "duplicates", "malformed"):
+            sums[queue][field] += getattr(stat, field)
+        if stat.last_batch_at is not None:
+            sums[queue]["last"] = max(sums[queue]["last"], stat.last_batch_at.timestamp())
+    for queue, values in sorted(sums.items()):
+        for field in ("received", "inserted", "duplicates", "malformed"):
+            families.add(f"dlq_ingest_{field}", values[field], queue)
+        if values["last"]:
+            families.add("dlq_ingest_last_batch_timestamp_seconds", values["last"], queue)
+
+
+def _operations(families: Families) -> None:
+    from dlqconsole.operations.models import FINISHED_STATUSES, Operation
+
+    totals = (
+        Operation.objects.values("kind")
+        .annotate(succeeded=Sum("succeeded"), failed=Sum("failed"), skipped=Sum("skipped"), returned=Sum("returned"))
+        .order_by("kind")
+    )
+    for row in totals:
+        for outcome in ("succeeded", "failed", "skipped"):
+            families.add("dlq_operation_messages", row[outcome] or 0, row["kind"], outcome)
+        families.add("dlq_operation_returned", row["returned"] or 0, row["kind"])
+    for kind, status, total in (
+        Operation.objects.values_list("kind", "status").annotate(total=Count("pk")).order_by("kind", "status")
+    ):
+        families.add("dlq_operations", total, kind, status)
+    unfinished = Operation.objects.exclude(status__in=FINISHED_STATUSES).order_by("-id")[:MAX_OPERATIONS]
+    for operation in unfinished:
+        labels = (str(operation.pk), operation.kind, operation.status)
+        families.add("dlq_operation_progress_ratio", operation.progress, *labels)
+        families.add("dlq_operation_remaining_messages", operation.remaining, *labels)
+
+
+def _alerts(families: Families) -> None:
+    from dlqconsole.alerts.models import OPEN_STATUSES, Alert, Channel, EvaluationState, Severity
+
+    open_counts: dict[tuple[str, str], int] = {
+        (severity, status): total
+        for severity, status, total in Alert.objects.open()
+        .values_list("severity", "status")
+        .annotate(total=Count("pk"))
+        .order_by()
+    }
+    for severity in Severity.values:
+        for status in OPEN_STATUSES:
+            families.add("dlq_alerts", open_counts.get((severity, status), 0), severity, status)
+    state = EvaluationState.objects.filter(pk=1).first()
+    if state is not None and state.last_finished_at is not None:
+        families.add("dlq_alert_evaluation_timestamp_seconds", state.last_finished_at.timestamp())
+        families.add("dlq_alert_evaluation_duration_seconds", state.last_duration_ms / 1000)
+    sent: dict[tuple[str, str], float] = defaultdict(float)
+    disabled = 0
+    for kind, enabled, sent_count, failed_count in Channel.objects.values_list(
+        "kind", "enabled", "sent_count", "failed_count"
+    ):
+        sent[(kind, "sent")] += sent_count
+        sent[(kind, "failed")] += failed_count
+        disabled += not enabled
+    for (kind, outcome), total in sorted(sent.items()):
+        families.add("dlq_notifications", total, kind, outcome)
+    families.add("dlq_channels_disabled", disabled)
+
+
+def _queues(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
+    from dlqconsole.ingest.models import QueueSample, WatchedQueue
+
+    watched = list(WatchedQueue.objects.filter(enabled=True))
+    roles: dict[str, str] = {}
+    for queue in watched:
+        roles.setdefault(queue.name, "work")
+        roles.setdefault(queue.dead_letter_queue, "dlq")
+        if queue.name in label:
+            for level in ("warning", "critical", "emergency"):
+                families.add("dlq_queue_depth_threshold", getattr(queue, f"{level}_depth"), queue.name, level)
+    named = [name for name in roles if name in label]
+    if not named:
+        return
+    # Only recent samples: an index range on sampled_at, a few rows per queue (a stale queue shows no depth).
+    recent_after = now - dt.timedelta(seconds=max(60.0, 6 * settings.DLQ_QUEUE_SAMPLE_SECONDS))
+    newest: dict[str, Any] = {}
+    for sample in QueueSample.objects.filter(queue__in=named, sampled_at__gte=recent_after).order_by(
+        "queue", "-sampled_at"
+    ):
+        newest.setdefault(sample.queue, sample)
+    for name, sample in sorted(newest.items()):
+        role = roles[name]
+        families.add("dlq_queue_messages", sample.messages, name, role)
+        families.add("dlq_queue_consumers", sample.consumers, name, role)
+        families.add("dlq_queue_sample_timestamp_seconds", sample.sampled_at.timestamp(), name, role)
+        if role == "dlq":
+            families.add("dlq_consumer_lag_messages", sample.messages, name)
+
+
+_registered = False
+
+
+def register_collector() -> None:
+    """Register the collector with the default registry (once per process; AppConfig.ready may run twice)."""
+    global _registered
+    if not _registered:
+        REGISTRY.register(DeadLetterCollector())
+        _registered = True

@@ -1,0 +1,46 @@
+"""/healthz answers 200 when the database and the broker answer, and 503 naming the one that does not."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from django.test import Client, override_settings
+
+pytestmark = [pytest.mark.django_db]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_healthy_without_login(client: Client) -> None:
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+    assert "no-cache" in response["Cache-Control"]
+
+
+def test_broker_down_is_503(client: Client) -> None:
+    with override_settings(AMQP_URL=f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F"):
+        response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["database"]) == ("error", "ok")
+    assert body["broker"].startswith("error: AMQPConnectionError")
+
+
+def test_wrong_broker_credentials_are_503(client: Client) -> None:
+    with override_settings(AMQP_URL="amqp://guest:wrong-password@127.0.0.1:5672/%2F"):
+        response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["broker"].startswith("error:")
+
+
+def test_only_get_is_allowed(client: Client) -> None:
+    assert client.post("/healthz").status_code == 405

@@ -1,0 +1,177 @@
+"""/metrics: django-prometheus's own metrics plus dead-letter gauges computed from the database at scrape time."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.test import Client, override_settings
+from django.utils import timezone
+from prometheus_client.core import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from dlqconsole.alerts.models import Alert, Channel
+from dlqconsole.alerts.services import evaluate_rules
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
+from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from dlqconsole.metrics import DeadLetterCollector, register_collector
+from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+from tests.alerts.conftest import ingest, rule, settle
+
+pytestmark = [pytest.mark.django_db]
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(client: Client) -> Samples:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def labels_of(samples: Samples, name: str, label: str) -> set[str]:
+    return {dict(key)[label] for metric, key in samples if metric == name and label in dict(key)}
+
+
+@pytest.mark.sqlite
+def test_metrics_need_no_login_and_include_django_metrics(client: Client) -> None:
+    samples = scrape(client)
+
+    names = {name for name, _ in samples}
+    assert any(name.startswith("django_http_requests") for name in names)
+    assert value(samples, "dlq_metrics_up") == 1
+
+
+@pytest.mark.sqlite
+def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
+    timeouts = ingest(3, queue="orders.dlq", reason="TIMEOUT")
+    ingest(
+        2, queue="orders.dlq", message="Validation failed: email", error_type="ValueError", reason="VALIDATION_FAILED"
+    )
+    ingest(1, queue="emails.dlq", reason="TIMEOUT")
+    settle(timeouts[:1])
+
+    samples = scrape(client)
+
+    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="parked") == 2
+    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="replayed") == 1
+    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="VALIDATION_FAILED", status="parked") == 2
+    assert value(samples, "dlq_dead_letters", queue="emails.dlq", reason="TIMEOUT", status="parked") == 1
+    assert value(samples, "dlq_ingest_inserted_total", queue="orders.dlq") == 5
+    assert value(samples, "dlq_ingest_received_total", queue="emails.dlq") == 1
+
+
+@pytest.mark.sqlite
+def test_oldest_parked_age(client: Client) -> None:
+    letters = ingest(2, queue="orders.dlq")
+    DeadLetter.objects.filter(pk=letters[0].pk).update(ingested_at=timezone.now() - dt.timedelta(hours=3))
+
+    samples = scrape(client)
+
+    assert 3 * 3600 <= value(samples, "dlq_oldest_parked_dead_letter_age_seconds") < 3 * 3600 + 60
+    assert 3 * 3600 <= value(samples, "dlq_oldest_parked_age_seconds", queue="orders.dlq") < 3 * 3600 + 60
+
+
+@pytest.mark.sqlite
+def test_patterns_by_triage_status_and_reopens(client: Client) -> None:
+    first = ingest(1, message="Request timed out after 5ms")
+    ingest(1, message="Connection refused by 10.0.0.1", error_type="ConnectionError")
+    FailurePattern.objects.filter(pk=first[0].pattern_id).update(status=PatternStatus.RESOLVED)
+    ingest(1, message="Request timed out after 7ms")
+
+    samples = scrape(client)
+
+    assert value(samples, "dlq_patterns", status="open") == 2
+    assert value(samples, "dlq_patterns", status="resolved") == 0
+    assert value(samples, "dlq_patterns_created_total") == 2
+    assert value(samples, "dlq_pattern_reopens_total") == 1
+
+
+def test_operation_progress_and_replay_counters(client: Client) -> None:
+    Operation.objects.create(kind=OperationKind.RETRY, status=OperationStatus.DONE, total=10, succeeded=9, failed=1)
+    running = Operation.objects.create(
+        kind=OperationKind.RETRY, status=OperationStatus.PAUSED, total=100, succeeded=25, failed=0, returned=3
+    )
+
+    samples = scrape(client)
+
+    assert value(samples, "dlq_operation_messages_total", kind="retry", outcome="succeeded") == 34
+    assert value(samples, "dlq_operation_messages_total", kind="retry", outcome="failed") == 1
+    assert value(samples, "dlq_operation_returned_total", kind="retry") == 3
+    assert value(samples, "dlq_operations", kind="retry", status="paused") == 1
+    labels = {"operation": str(running.pk), "kind": "retry", "status": "paused"}
+    assert value(samples, "dlq_operation_progress_ratio", **labels) == 0.25
+    assert value(samples, "dlq_operation_remaining_messages", **labels) == 75
+
+
+def test_firing_alerts_and_notification_counters(client: Client) -> None:
+    rule("dlq_not_empty", severity="critical")
+    ingest(1, queue="orders.dlq")
+    ingest(1, queue="emails.dlq")
+    evaluate_rules()
+    Channel.objects.create(name="hook", kind="webhook", target="http://x/", sent_count=4, failed_count=1, enabled=False)
+
+    samples = scrape(client)
+
+    assert Alert.objects.filter(status="firing").count() == 2
+    assert value(samples, "dlq_alerts", severity="critical", status="firing") == 2
+    assert value(samples, "dlq_alerts", severity="warning", status="firing") == 0
+    assert value(samples, "dlq_notifications_total", kind="webhook", outcome="sent") == 4
+    assert value(samples, "dlq_channels_disabled") == 1
+    assert value(samples, "dlq_alert_evaluation_timestamp_seconds") > 0
+
+
+def test_queue_depths_consumer_lag_and_thresholds(client: Client) -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    now = timezone.now()
+    QueueSample.objects.create(queue="orders", messages=10, consumers=2, sampled_at=now - dt.timedelta(seconds=10))
+    QueueSample.objects.create(queue="orders", messages=230, consumers=3, sampled_at=now)
+    QueueSample.objects.create(queue="orders.dlq", messages=7, consumers=1, sampled_at=now)
+
+    samples = scrape(client)
+
+    assert value(samples, "dlq_queue_messages", queue="orders", role="work") == 230
+    assert value(samples, "dlq_queue_consumers", queue="orders", role="work") == 3
+    assert value(samples, "dlq_queue_messages", queue="orders.dlq", role="dlq") == 7
+    assert value(samples, "dlq_consumer_lag_messages", queue="orders.dlq") == 7
+    assert value(samples, "dlq_queue_depth_threshold", queue="orders", level="critical") == 200
+
+
+@override_settings(DLQ_METRICS_MAX_QUEUES=2)
+def test_queue_labels_are_capped_and_no_label_names_a_pattern_or_message(client: Client) -> None:
+    for number, count in enumerate([5, 4, 3, 2]):
+        ingest(count, queue=f"q{number}.dlq", message=f"failure kind {chr(65 + number)}", error_type=f"E{number}")
+
+    samples = scrape(client)
+
+    assert labels_of(samples, "dlq_dead_letters", "queue") == {"q0.dlq", "q1.dlq", "other"}
+    assert value(samples, "dlq_dead_letters", queue="other", reason="TIMEOUT", status="parked") == 5
+    assert value(samples, "dlq_ingest_inserted_total", queue="other") == 5
+    every_label = {label for _, key in samples for label, _ in key}
+    assert not every_label & {"pattern", "pattern_id", "message", "message_id", "fingerprint"}
+
+
+def test_the_collector_is_registered_once() -> None:
+    register_collector()
+    register_collector()
+
+    collectors = [c for c in REGISTRY._collector_to_names if isinstance(c, DeadLetterCollector)]  # noqa: SLF001
+    assert len(collectors) == 1
+
+
+def test_scrape_reads_counters_not_dead_letters(client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """The number of queries does not grow with the number of dead letters (only with queues, capped)."""
+    for number in range(3):
+        ingest(50, queue=f"q{number}.dlq")
+    settle(list(DeadLetter.objects.filter(status=DeadLetterStatus.PARKED)[:30]))
+
+    with django_assert_max_num_queries(20):
+        client.get("/metrics")
