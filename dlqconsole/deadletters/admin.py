@@ -1,0 +1,382 @@
+"""Admin for dead letters and patterns: read-mostly, and fast on a table of millions of dead letters.
+
+The changelist never counts the whole table: no full result count, no facet counts, a paginator that counts at
+most CountCappedPaginator.cap rows, filters whose choices come from small tables (watched queues, recent
+patterns) or from field choices, and an ingested-date filter with fixed ranges instead of a date hierarchy
+(Django's hierarchy runs SELECT DISTINCT over every row to draw its years and months). Dead letters are never
+added, changed or deleted here: they enter through ingest and leave through operations, which keep the
+counters and the audit log. Pattern triage writes go through dlqconsole.deadletters.services.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import ShowFacets
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.text import Truncator
+
+from dlqconsole.accounts.roles import OPERATOR, has_role
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
+from dlqconsole.deadletters.payload import show_body
+from dlqconsole.ingest.models import WatchedQueue
+
+
+class CountCappedPaginator(Paginator):
+    """Counts at most `cap` + 1 rows (SELECT COUNT(*) FROM (SELECT ... LIMIT cap + 1)), so the cost of a page
+    does not grow with the table. Past the cap the page links stop there and the list says "more than"."""
+
+    cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        object_list: Any = self.object_list
+        return int(object_list[: self.cap + 1].count())
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
+
+
+class SourceQueueFilter(admin.SimpleListFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # The watched DLQs and the counter table are small; a DISTINCT over the dead letters is not.
+        names = set(WatchedQueue.objects.values_list("dead_letter_queue", flat=True))
+        names.update(DeadLetterCount.objects.values_list("source_queue", flat=True).distinct())
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(source_queue=value) if value else queryset
+
+
+class PatternFilter(admin.SimpleListFilter):
+    """Offers the most recently seen patterns; any pattern id works in the URL (links from the pattern admin)."""
+
+    title = "pattern"
+    parameter_name = "pattern"
+    choices_shown = 30
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        recent = FailurePattern.objects.active().order_by("-last_seen_at").only("pk", "template")
+        choices = [(str(pattern.pk), Truncator(pattern.template).chars(80)) for pattern in recent[: self.choices_shown]]
+        chosen = self.value()
+        if chosen and chosen not in {value for value, _ in choices} and chosen.isdigit():
+            pattern = FailurePattern.objects.filter(pk=int(chosen)).only("template").first()
+            if pattern is not None:
+                choices.insert(0, (chosen, Truncator(pattern.template).chars(80)))
+        return choices
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(pattern_id=int(value)) if value.isdigit() else queryset.none()
+
+
+def pretty_json(value: Any) -> str:
+    """Stored JSON (headers, properties, x-death in core.jsonsafe's tagged form) as escaped, indented text."""
+    return format_html('<pre class="dlq-raw">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+
+
+DEAD_LETTER_FIELDS: list[tuple[str | None, list[str]]] = [
+    (
+        None,
+        [
+            "source_queue",
+            "status",
+            "status_changed_at",
+            "pattern",
+            "fingerprint",
+            "failure_reason",
+            "transient",
+            "death_reason",
+            "attempt_count",
+            "replay_count",
+            "next_retry_at",
+            "retry_exhausted",
+        ],
+    ),
+    (
+        "Origin",
+        [
+            "original_queue",
+            "original_exchange",
+            "original_routing_keys",
+            "first_failed_at",
+            "last_failed_at",
+            "ingested_at",
+            "host",
+            "app_version",
+            "task_name",
+            "task_id",
+            "task_retries",
+            "previous",
+            "edited_from",
+        ],
+    ),
+    ("Error", ["error_type", "error_message", "stack_trace_text"]),
+    (
+        "Message",
+        [
+            "message_id",
+            "correlation_id",
+            "priority",
+            "content_type",
+            "content_encoding",
+            "body_size",
+            "payload",
+            "headers_json",
+            "properties_json",
+            "x_death_json",
+            "parse_errors_json",
+            "dedupe_key",
+        ],
+    ),
+]
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
+    list_display = [
+        "id",
+        "source_queue",
+        "failure_reason",
+        "death_reason",
+        "pattern_template",
+        "status",
+        "error",
+        "ingested_at",
+    ]
+    list_display_links = ["id"]
+    list_filter = [
+        SourceQueueFilter,
+        "failure_reason",
+        "death_reason",
+        PatternFilter,
+        "status",
+        "transient",
+        ("ingested_at", admin.DateFieldListFilter),
+    ]
+    # `=` makes the id searches exact (the message id one uses its index); error text is a substring search.
+    search_fields = ["=message_id", "=correlation_id", "=task_id", "error_message"]
+    search_help_text = "Exact message id, correlation id or task id, or words of the error message."
+    list_select_related = ["pattern"]
+    ordering = ["-id"]
+    sortable_by = ["id", "ingested_at"]
+    list_per_page = 100
+    paginator = CountCappedPaginator
+    show_full_result_count = False
+    show_facets = ShowFacets.NEVER
+    raw_id_fields = ["pattern", "previous", "edited_from"]
+    # Bulk actions on dead letters (retry, move, archive, ...) are added here by the operations area; each
+    # must go through a service that keeps the counters and writes the audit log. Django's delete_selected is
+    # not offered (see has_delete_permission).
+    actions: list[Any] = []
+    fieldsets = [(title, {"fields": tuple(fields)}) for title, fields in DEAD_LETTER_FIELDS]
+    # Every field shown is read-only, the raw ones (headers, properties, x-death, body) included.
+    readonly_fields = [name for _, fields in DEAD_LETTER_FIELDS for name in fields]
+
+    @admin.display(description="pattern")
+    def pattern_template(self, obj: DeadLetter) -> str:
+        return Truncator(obj.pattern.template).chars(60)
+
+    @admin.display(description="error")
+    def error(self, obj: DeadLetter) -> str:
+        text = f"{obj.error_type}: {obj.error_message}" if obj.error_type else obj.error_message
+        return Truncator(text).chars(80)
+
+    @admin.display(description="stack trace")
+    def stack_trace_text(self, obj: DeadLetter) -> str:
+        return format_html('<pre class="dlq-raw">{}</pre>', obj.stack_trace) if obj.stack_trace else "-"
+
+    @admin.display(description="payload")
+    def payload(self, obj: DeadLetter) -> str:
+        # show_body returns plain text (pretty JSON, text or a hex dump); format_html escapes it, so a payload
+        # is never rendered as markup.
+        shown = show_body(body=bytes(obj.body), content_type=obj.content_type, content_encoding=obj.content_encoding)
+        description = {
+            "json": "JSON",
+            "text": "UTF-8 text",
+            "hex": "binary, hex dump",
+            "empty": "empty body",
+        }[shown.kind]
+        if shown.truncated:
+            description += f", first {len(shown.text):,} characters of {shown.size:,} bytes"
+        if shown.note:
+            description += f", {shown.note}"
+        return format_html(
+            '<p class="dlq-payload-kind">{}</p><pre class="dlq-payload dlq-payload-{}">{}</pre>',
+            description,
+            shown.kind,
+            shown.text,
+        )
+
+    @admin.display(description="headers")
+    def headers_json(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.headers)
+
+    @admin.display(description="properties")
+    def properties_json(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.properties)
+
+    @admin.display(description="x-death")
+    def x_death_json(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.x_death)
+
+    @admin.display(description="parse errors")
+    def parse_errors_json(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.parse_errors) if obj.parse_errors else "-"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    # Read-only: the change page is a view page. Status changes are operations (counters, audit, broker).
+    def has_change_permission(self, request: HttpRequest, obj: DeadLetter | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: DeadLetter | None = None) -> bool:
+        return False
+
+
+class FailurePatternForm(ModelForm[FailurePattern]):
+    class Meta:
+        model = FailurePattern
+        fields = ["status", "owner", "note"]
+
+
+@admin.register(FailurePattern)
+class FailurePatternAdmin(admin.ModelAdmin[FailurePattern]):
+    form = FailurePatternForm
+    list_display = [
+        "id",
+        "short_template",
+        "error_type",
+        "failure_reason",
+        "status",
+        "owner",
+        "total_count",
+        "first_seen_at",
+        "last_seen_at",
+    ]
+    list_filter = ["status", "failure_reason", "transient", ("last_seen_at", admin.DateFieldListFilter)]
+    search_fields = ["template", "error_type", "=key", "note"]
+    list_select_related = ["owner"]
+    ordering = ["-last_seen_at"]
+    autocomplete_fields = ["owner"]
+    fields = [
+        "template",
+        "error_type",
+        "failure_reason",
+        "transient",
+        "key",
+        "status",
+        "status_changed_at",
+        "owner",
+        "note",
+        "total_count",
+        "first_seen_at",
+        "last_seen_at",
+        "merged_into",
+        "dead_letters",
+    ]
+    readonly_fields = [
+        "template",
+        "error_type",
+        "failure_reason",
+        "transient",
+        "key",
+        "status_changed_at",
+        "total_count",
+        "first_seen_at",
+        "last_seen_at",
+        "merged_into",
+        "dead_letters",
+    ]
+
+    @admin.display(description="template")
+    def short_template(self, obj: FailurePattern) -> str:
+        return Truncator(obj.template).chars(100)
+
+    @admin.display(description="dead letters")
+    def dead_letters(self, obj: FailurePattern) -> str:
+        # From the counters, never COUNT(*) over the dead letters.
+        cells = DeadLetterCount.objects.filter(pattern=obj, count__gt=0).order_by("source_queue", "status")
+        summary = ", ".join(f"{cell.source_queue} {cell.status}: {cell.count:,}" for cell in cells) or "none"
+        url = reverse("admin:deadletters_deadletter_changelist") + f"?pattern={obj.pk}"
+        return format_html('{} (<a href="{}">list</a>)', summary, url)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: FailurePattern | None = None) -> bool:
+        # Dead letters point at their pattern (PROTECT); patterns are merged, never deleted.
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: FailurePattern | None = None) -> bool:
+        # Triage is an operator's job, as on the console's own pages.
+        return super().has_change_permission(request, obj) and has_role(request.user, OPERATOR)
+
+    def save_model(self, request: HttpRequest, obj: FailurePattern, form: Any, change: bool) -> None:
+        """Never save the row directly: status, owner and note changes go through the triage services, which
+        write the PatternEvent history and the audit log."""
+        from dlqconsole.deadletters.services import PatternError, assign_pattern, set_pattern_status
+
+        stored = FailurePattern.objects.get(pk=obj.pk)
+        try:
+            if "status" in form.changed_data:
+                set_pattern_status(pattern=stored, status=obj.status, actor=request.user)
+                stored.refresh_from_db()
+            if "owner" in form.changed_data or "note" in form.changed_data:
+                assign_pattern(pattern=stored, owner=obj.owner, note=obj.note, actor=request.user)
+        except PatternError as problem:
+            self.message_user(request, str(problem), level=messages.ERROR)
+
+
+@admin.register(DeadLetterCount)
+class DeadLetterCountAdmin(admin.ModelAdmin[DeadLetterCount]):
+    list_display = ["source_queue", "status", "failure_reason", "pattern", "count"]
+    list_filter = ["status", "failure_reason", "source_queue"]
+    search_fields = ["source_queue", "pattern__template"]
+    list_select_related = ["pattern"]
+    ordering = ["source_queue", "status", "-count"]
+
+    # Kept exact by ingest and operations; an edit here would make every page and alert wrong.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: DeadLetterCount | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: DeadLetterCount | None = None) -> bool:
+        return False
+
+
+@admin.register(PatternEvent)
+class PatternEventAdmin(admin.ModelAdmin[PatternEvent]):
+    list_display = ["created_at", "pattern", "kind", "from_status", "to_status", "actor", "detail"]
+    list_filter = ["kind", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["detail", "pattern__template"]
+    list_select_related = ["pattern", "actor"]
+    raw_id_fields = ["pattern", "actor"]
+
+    # History is append-only.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: PatternEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: PatternEvent | None = None) -> bool:
+        return False
