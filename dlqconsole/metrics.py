@@ -32,8 +32,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dlq_metrics_up": ("gauge", "1 when the database metrics below could be read.", ()),
     "dlq_dead_letters": (
         "gauge",
-        "Dead letters stored, by queue, failure reason and status.",
-        ("queue", "reason", "status"),
+        "Dead letters stored, by queue, failure reason, status and the triage status of their pattern.",
+        ("queue", "reason", "status", "pattern_status"),
     ),
     "dlq_oldest_parked_dead_letter_age_seconds": ("gauge", "Age of the oldest parked dead letter.", ()),
     "dlq_oldest_parked_age_seconds": ("gauge", "Age of the oldest parked dead letter of a queue.", ("queue",)),
@@ -146,18 +146,19 @@ def _queue(label: dict[str, str], name: str) -> str:
 def _dead_letters(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
     from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 
-    cells: dict[tuple[str, str, str], int] = defaultdict(int)
+    # The pattern's triage status lets Prometheus rules leave ignored patterns out, as the console's rules do.
+    cells: dict[tuple[str, str, str, str], int] = defaultdict(int)
     parked_queues: set[str] = set()
-    for queue, reason, status, total in (
-        DeadLetterCount.objects.values_list("source_queue", "failure_reason", "status")
+    for queue, reason, status, pattern_status, total in (
+        DeadLetterCount.objects.values_list("source_queue", "failure_reason", "status", "pattern__status")
         .annotate(total=Sum("count"))
         .order_by()
     ):
-        cells[(_queue(label, queue), reason, status)] += int(total or 0)
+        cells[(_queue(label, queue), reason, status, pattern_status)] += int(total or 0)
         if status == DeadLetterStatus.PARKED and total and queue in label:
             parked_queues.add(queue)
-    for (queue, reason, status), total in sorted(cells.items()):
-        families.add("dlq_dead_letters", total, queue, reason, status)
+    for (queue, reason, status, pattern_status), total in sorted(cells.items()):
+        families.add("dlq_dead_letters", total, queue, reason, status, pattern_status)
     # Both walk the (status, ingested_at) or (queue, status, id) index from its oldest end: one row each.
     oldest = DeadLetter.objects.parked().order_by("ingested_at").values_list("ingested_at", flat=True).first()
     families.add("dlq_oldest_parked_dead_letter_age_seconds", _age(oldest, now))

@@ -61,10 +61,31 @@ def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
 
     samples = scrape(client)
 
-    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="parked") == 2
-    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="replayed") == 1
-    assert value(samples, "dlq_dead_letters", queue="orders.dlq", reason="VALIDATION_FAILED", status="parked") == 2
-    assert value(samples, "dlq_dead_letters", queue="emails.dlq", reason="TIMEOUT", status="parked") == 1
+    assert (
+        value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="parked", pattern_status="open")
+        == 2
+    )
+    assert (
+        value(
+            samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="replayed", pattern_status="open"
+        )
+        == 1
+    )
+    assert (
+        value(
+            samples,
+            "dlq_dead_letters",
+            queue="orders.dlq",
+            reason="VALIDATION_FAILED",
+            status="parked",
+            pattern_status="open",
+        )
+        == 2
+    )
+    assert (
+        value(samples, "dlq_dead_letters", queue="emails.dlq", reason="TIMEOUT", status="parked", pattern_status="open")
+        == 1
+    )
     assert value(samples, "dlq_ingest_inserted_total", queue="orders.dlq") == 5
     assert value(samples, "dlq_ingest_received_total", queue="emails.dlq") == 1
 
@@ -153,7 +174,9 @@ def test_queue_labels_are_capped_and_no_label_names_a_pattern_or_message(client:
     samples = scrape(client)
 
     assert labels_of(samples, "dlq_dead_letters", "queue") == {"q0.dlq", "q1.dlq", "other"}
-    assert value(samples, "dlq_dead_letters", queue="other", reason="TIMEOUT", status="parked") == 5
+    assert (
+        value(samples, "dlq_dead_letters", queue="other", reason="TIMEOUT", status="parked", pattern_status="open") == 5
+    )
     assert value(samples, "dlq_ingest_inserted_total", queue="other") == 5
     every_label = {label for _, key in samples for label, _ in key}
     assert not every_label & {"pattern", "pattern_id", "message", "message_id", "fingerprint"}
