@@ -447,14 +447,19 @@ def _age(seconds: float) -> str:
 
 
 def operation_paused(rule: AlertRule, facts: Facts) -> RuleResult:
+    """An operation that paused itself: canary judged bad, too many boomerangs, circuit breaker, an error.
+
+    A person who pauses an operation knows it already; the operations services write "paused by <name>" for
+    those, and they do not alert.
+    """
     from dlqconsole.operations.models import Operation, OperationStatus
 
     result = RuleResult()
-    for operation in Operation.objects.filter(status=OperationStatus.PAUSED).only(
-        "pk", "kind", "pause_reason", "filter", "succeeded", "failed", "total", "returned"
-    ):
-        queue = str((operation.filter or {}).get("queue", "")) if isinstance(operation.filter, dict) else ""
-        if rule.queue and queue and not facts.in_scope(rule, queue):
+    paused = Operation.objects.filter(status=OperationStatus.PAUSED).exclude(pause_reason__startswith="paused by ")
+    for operation in paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"):
+        queues = (operation.filter or {}).get("queue") if isinstance(operation.filter, dict) else None
+        names = [str(name) for name in queues] if isinstance(queues, list) else []
+        if rule.queue and names and not any(facts.in_scope(rule, name) for name in names):
             continue
         label = f"{operation.get_kind_display()} #{operation.pk}"
         reason = operation.pause_reason or "no reason recorded"

@@ -254,3 +254,32 @@ def test_disabling_a_rule_ends_its_alerts_without_a_notice(webhook: Channel) -> 
 
     assert Alert.objects.get(rule=not_empty).status == AlertStatus.RESOLVED
     assert list(Notification.objects.values_list("kind", flat=True)) == ["firing"]
+
+
+def test_operation_paused_by_its_safeguards_fires_and_resolves_on_resume(operator) -> None:  # type: ignore[no-untyped-def]
+    from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+
+    paused = rule("operation_paused", severity="critical")
+    breaker = Operation.objects.create(
+        kind=OperationKind.RETRY,
+        status=OperationStatus.PAUSED,
+        filter={"queue": ["orders.dlq"]},
+        total=100,
+        succeeded=40,
+        pause_reason="publishing keeps failing: 5 failures in a row; the last: connection reset",
+    )
+    Operation.objects.create(
+        kind=OperationKind.MOVE, status=OperationStatus.PAUSED, total=5, pause_reason="paused by otto-operator"
+    )
+
+    evaluate_rules()
+
+    alert = open_alerts(paused)[f"operation:{breaker.pk}"]
+    assert set(open_alerts(paused)) == {f"operation:{breaker.pk}"}
+    assert alert.severity == "critical"
+    assert "publishing keeps failing" in alert.summary and "40 of 100 done" in alert.summary
+    assert alert.link.endswith(f"/operations/{breaker.pk}/")
+
+    Operation.objects.filter(pk=breaker.pk).update(status=OperationStatus.RUNNING, pause_reason="")
+    evaluate_rules()
+    assert open_alerts(paused) == {}
