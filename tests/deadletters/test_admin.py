@@ -226,6 +226,7 @@ def test_changelist_never_counts_every_dead_letter(
     assert counts, "the paginator still counts, within its cap"
     assert all("LIMIT 3" in sql for sql in counts), counts
     assert "More than 2 dead letters" in response.content.decode()
+    assert "more than 2 results" in response.content.decode()
 
 
 def test_pattern_admin_lists_and_filters_patterns(admin_client: Client, letters: dict[str, DeadLetter]) -> None:
