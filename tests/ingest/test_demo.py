@@ -125,6 +125,7 @@ def test_demo_stops_cleanly_on_sigterm_with_its_celery_worker(demo_prefix: str) 
     me = psutil.Process()
     before = {child.pid for child in me.children(recursive=True)}
     started: set[int] = set()
+    finished = threading.Event()
 
     def terminate_once_running() -> None:
         for _ in range(300):
@@ -132,14 +133,18 @@ def test_demo_stops_cleanly_on_sigterm_with_its_celery_worker(demo_prefix: str) 
             if started - before:
                 break
             time.sleep(0.05)
-        time.sleep(2.0)  # let it emit and fail for a while
-        # As a process manager stops it; the demo's handler turns the signal into a clean stop.
-        os.kill(os.getpid(), signal.SIGTERM)
+        # Let it emit and fail for a while, then stop it as a process manager would; the demo's handler turns
+        # the signal into a clean stop. Never signal after the command returned (that would stop pytest).
+        if not finished.wait(2.0):
+            os.kill(os.getpid(), signal.SIGTERM)
 
     killer = threading.Thread(target=terminate_once_running)
     killer.start()
-    call_command("demo", "--rate", "20", "--prefix", demo_prefix)
-    killer.join()
+    try:
+        call_command("demo", "--rate", "20", "--prefix", demo_prefix)
+    finally:
+        finished.set()
+        killer.join()
 
     workers = started - before
     assert workers, "the demo started its Celery worker"
