@@ -28,6 +28,7 @@ from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body
 from dlqconsole.ingest.models import WatchedQueue
+from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS
 
 
 class CountCappedPaginator(Paginator):
@@ -183,7 +184,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
     # Bulk actions on dead letters (retry, move, archive, ...) are added here by the operations area; each
     # must go through a service that keeps the counters and writes the audit log. Django's delete_selected is
     # not offered (see has_delete_permission).
-    actions: list[Any] = []
+    actions: list[Any] = list(DEAD_LETTER_ACTIONS)
     fieldsets = [(title, {"fields": tuple(fields)}) for title, fields in DEAD_LETTER_FIELDS]
     # Every field shown is read-only, the raw ones (headers, properties, x-death, body) included.
     readonly_fields = [name for _, fields in DEAD_LETTER_FIELDS for name in fields]

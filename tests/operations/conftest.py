@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,11 @@ def subprocess_database_url() -> str:
 class Worker:
     """A real Celery worker subprocess on this test run's queue and database."""
 
-    def __init__(self, *, log: Path, env: dict[str, str]) -> None:
+    def __init__(self, *, log: Path, env: dict[str, str], app: str, queue: str) -> None:
         self.log = log
         self.env = env
+        self.app = app
+        self.queue = queue
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -162,15 +165,17 @@ class Worker:
                 "-m",
                 "celery",
                 "-A",
-                "dlqconsole",
+                self.app,
                 "worker",
                 "--pool=solo",
+                # A unique node name: workers of other tests (and other people) on this broker must not clash.
+                f"--hostname=test-{uuid.uuid4().hex[:12]}@%h",
                 "--without-heartbeat",
                 "--without-gossip",
                 "--without-mingle",
                 "--loglevel=INFO",
                 "-Q",
-                settings.CELERY_TASK_DEFAULT_QUEUE,
+                self.queue,
             ],
             cwd=BASE_DIR,
             env=self.env,
@@ -178,6 +183,15 @@ class Worker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def wait_until_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b" ready." in self.log.read_bytes():
+                return
+            assert self.process is not None and self.process.poll() is None, self.log.read_text()[-3000:]
+            time.sleep(0.1)
+        raise AssertionError(f"worker not ready after {timeout}s:\n{self.log.read_text()[-3000:]}")
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -188,17 +202,19 @@ class Worker:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout=15)
+                # Celery's warm shutdown takes seconds even when idle; the tests are done with it by now.
+                self.process.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 self.kill()
 
 
 @pytest.fixture
 def celery_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start workers with `celery_worker(**extra_env)`; every one is stopped (or killed) afterwards."""
+    """Start workers with `celery_worker(**extra_env)` (the console's app on this run's queue, or another app and
+    queue); every one is stopped (or killed) afterwards."""
     started: list[Worker] = []
 
-    def start(**extra_env: str) -> Worker:
+    def start(*, app: str = "dlqconsole", queue: str = "", **extra_env: str) -> Worker:
         env = {
             **os.environ,
             "DATABASE_URL": subprocess_database_url(),
@@ -208,7 +224,12 @@ def celery_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
             "PYTHONUNBUFFERED": "1",
             **extra_env,
         }
-        worker = Worker(log=tmp_path / f"worker-{len(started)}.log", env=env)
+        worker = Worker(
+            log=tmp_path / f"worker-{len(started)}.log",
+            env=env,
+            app=app,
+            queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
+        )
         worker.start()
         started.append(worker)
         return worker
