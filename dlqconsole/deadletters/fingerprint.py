@@ -1,8 +1,19 @@
-"""Fingerprints: a deterministic key for (error type, masked message) and a readable template.
+"""Fingerprints: a deterministic key for one failure, and the masked tokens that template mining compares.
+
+Two kinds:
+- a *text* fingerprint: the error message with its variable parts masked (`<NUM>`, `<IP>`, `<UUID>`, ...),
+  cut into tokens; its key hashes (error type, template);
+- a *trace* fingerprint, when a stack trace is present: the exception type plus the innermost frames of the
+  application's own code (see `stacktrace`); the text is ignored, so differing messages thrown from the same
+  place are one failure.
 
 The key depends only on the text, never on process state, so every consumer process and every restart
-computes the same key for the same failure. Variable parts are replaced by placeholders in a fixed order
-(the more specific shapes first, so a URL is not half-eaten by the number rule).
+computes the same key for the same failure. Masking is deliberately conservative (shapes that are variable in
+any system: numbers, ids, addresses, times); words that vary (user names, queue names) are left to template
+mining in `grouping.mining`, which sees all the fingerprints of a cluster at once.
+
+A token keeps the whitespace in front of it, so a template is simply the tokens joined; a quoted value is a
+single token whatever it contains, so a free-text value does not change the token count.
 """
 
 from __future__ import annotations
@@ -11,50 +22,224 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from dlqconsole.deadletters import stacktrace
+
 MAX_MESSAGE = 2000
+MAX_TOKENS = 160
+WILDCARD = "<*>"
 
-MASKS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]{},]+", re.I), "<URL>"),
-    (re.compile(r"\b[\w.+-]+@[\w-]+(\.[\w-]+)+\b"), "<EMAIL>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<UUID>"),
-    (
-        re.compile(r"\b\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?\b"),
-        "<DATETIME>",
-    ),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}([.,]\d+)?\b"), "<TIME>"),
-    (re.compile(r"\b(\d{1,3}\.){3}\d{1,3}(:\d{1,5})?\b"), "<IP>"),
-    (re.compile(r"\[?\b([0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b\]?(:\d{1,5})?", re.I), "<IP>"),
-    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<HEX>"),
-    (re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", re.I), "<HEX>"),
-    (re.compile(r"(?<![\w.])(/[\w.@-]+){2,}/?"), "<PATH>"),
-    (re.compile(r"\b[A-Z]:\\[^\s'\"]+"), "<PATH>"),
-    (re.compile(r"'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|`[^`\n]{0,200}`"), "<QUOTED>"),
-    (re.compile(r"\b[\w-]+(\.[\w-]+)*:\d{2,5}\b"), "<HOST:PORT>"),
-    (re.compile(r"(?<![\w<])[-+]?\d+([.,]\d+)?(?=(ms|us|µs|ns|s|m|h|d|kb|mb|gb|b|%)?\b)", re.I), "<NUM>"),
-    (re.compile(r"\b(?=\w*\d)[A-Za-z0-9_-]{12,}\b"), "<ID>"),
-]
-SPACES = re.compile(r"\s+")
+# Shapes that span several tokens are masked in the text first. Each pattern starts with a literal where it can
+# (the regex engine then jumps from one candidate to the next) and runs only when a cheap test says it can match.
+URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^\s/'\"<>()\[\]{},;?#]*)([^\s'\"<>()\[\]{},;]*)", re.I)
+EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~-]+(?:/[\w.@%+~-]+)+/?|\b[A-Z]:\\[^\s'\"]+")
+DATETIME_HINT = re.compile(r":\d\d:|-\d\d-")
+DATETIME = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
+)
+IPV6 = re.compile(r"(?<![\w:])\[?(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{1,4}\]?(?::\d{1,5})?(?![\w:])", re.I)
+
+# One token: a URL that masking kept, a placeholder, a quoted value of up to four words (so a free-text value
+# does not change the token count; a longer quotation is a nested message, cut up like the rest), a word, or a
+# punctuation mark. Each token carries the space before it. The lookarounds keep "can't" from opening a quote.
+TOKEN = re.compile(
+    r""" ?(?:[a-z][a-z0-9+.-]*://[^\s'"`<>()\[\]{},;]*|<[A-Z][A-Z_]*>|"""
+    r"""(?<!\w)'[^'\s]*(?: [^'\s]+){0,3}'(?!\w)|"[^"\s]*(?: [^"\s]+){0,3}"|`[^`\s]*(?: [^`\s]+){0,3}`|"""
+    r"""[^\s=:,;()\[\]{}<>"'`|][^\s=:,;()\[\]{}<>"`|]*|\S)""",
+    re.I,
+)
+INNER_WORD = re.compile(r"[^\s=:,;()\[\]{}<>'\"`|/]+")
+DIGIT = re.compile(r"\d")
+IPV4 = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}")
+NUMBER = re.compile(
+    r"[-+]?\d+(?:[.,_]\d+)*(ms|us|µs|ns|s|sec|secs|m|min|mins|h|d|kb|mb|gb|tb|kib|mib|gib|b|%|x)?", re.I
+)
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+HEX = re.compile(r"0x[0-9a-f]+|(?=[0-9a-f]*[a-f])[0-9a-f]{6,}", re.I)
+# Ids without a digit: a prefix and random letters ("ord_swFSncWCQpKTMN"), hex letters ("deadbeefcafe"), and
+# random letters with two runs of capitals ("swFSncWCQpKTMN"; "HTTPSConnectionPool" has one, so it stays).
+LETTER_ID = re.compile(r"[a-z]{2,6}_[A-Za-z0-9]{10,}|[a-f]{8,}|[A-Za-z]*?[A-Z]{2}[a-z][A-Za-z]*?[A-Z]{2}[A-Za-z]*")
+
+# A three-digit number right after one of these words, or right before a reason phrase, is an HTTP status: it
+# names the failure ("status 404" and "status 503" are different causes), so it is kept.
+STATUS_BEFORE = frozenset({"status", "code", "http", "https", "statuscode", "status_code", "response", "returned"})
+STATUS_AFTER = frozenset(
+    [
+        "not",
+        "service",
+        "bad",
+        "internal",
+        "gateway",
+        "too",
+        "unauthorized",
+        "forbidden",
+        "conflict",
+        "unprocessable",
+        "client",
+        "server",
+        "request",
+        "precondition",
+        "payload",
+        "method",
+        "gone",
+        "locked",
+    ]
+)
+STATUS_TOKENS = frozenset(prefix + str(code) for code in range(100, 600) for prefix in ("", " "))
+
+# Masked tokens by raw token. Most words recur from message to message, so a dictionary lookup replaces the
+# classification; it is emptied when full, which bounds the memory taken by one-off ids.
+_TOKEN_CACHE: dict[str, str] = {}
+TOKEN_CACHE_SIZE = 50000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fingerprint:
     key: str
     template: str
     error_type: str
+    # Masked tokens of a text fingerprint (what mining compares); empty for trace fingerprints.
+    tokens: tuple[str, ...] = ()
+    kind: str = "text"
+
+
+def pattern_key(*, error_type: str, template: str) -> str:
+    """The key of a pattern with this template: the same formula for a fingerprint and for a mined template."""
+    digest = hashlib.sha1(f"{error_type}\x00{template}".encode("utf-8", "replace"), usedforsecurity=False)
+    return digest.hexdigest()
+
+
+def _mask_url(match: re.Match[str]) -> str:
+    # The host names the dependency ("payments-api" failing is not "search" failing), so it stays; a host with
+    # digits is an instance or a region (10.0.3.7, eu-west-1); the port, path and query are data.
+    scheme, host, rest = match.groups()
+    name = host.partition(":")[0]
+    if not name or DIGIT.search(name):
+        return "<URL>"
+    return f"{scheme.lower()}://{name.lower()}" + ("/…" if rest.strip("/") else "")
+
+
+def _mask_word(word: str) -> str:
+    if DIGIT.search(word) is None:
+        if len(word) >= 8 and LETTER_ID.fullmatch(word):
+            return "<ID>"
+        return word
+    if IPV4.fullmatch(word):
+        return "<IP>"
+    number = NUMBER.fullmatch(word)
+    if number:
+        return "<NUM>" + (number.group(1) or "")
+    if UUID.fullmatch(word):
+        return "<UUID>"
+    if HEX.fullmatch(word):
+        return "<HEX>"
+    return "<ID>"
+
+
+def _mask_inner(match: re.Match[str]) -> str:
+    word = match.group(0)
+    return word if word[0] == "<" else _mask_word(word)
+
+
+def _mask_token(token: str) -> str:
+    body = token.lstrip(" ")
+    if body[0] in "'\"`" and len(body) > 1:
+        masked = INNER_WORD.sub(_mask_inner, body)
+    elif body[0] == "<" or "://" in body or (len(body) == 1 and not body.isdigit()):
+        masked = body
+    else:
+        masked = _mask_word(body)
+    masked = token[: len(token) - len(body)] + masked
+    if len(_TOKEN_CACHE) >= TOKEN_CACHE_SIZE:
+        _TOKEN_CACHE.clear()
+    _TOKEN_CACHE[token] = masked
+    return masked
+
+
+def _premask(message: str) -> str:
+    text = " ".join(message[:MAX_MESSAGE].split())
+    if "://" in text:
+        text = URL.sub(_mask_url, text)
+    if "@" in text:
+        text = EMAIL.sub("<EMAIL>", text)
+    if "/" in text or "\\" in text:
+        text = PATH.sub("<PATH>", text)
+    if DATETIME_HINT.search(text):
+        text = DATETIME.sub("<DATETIME>", text)
+    if "::" in text or text.count(":") >= 4:
+        text = IPV6.sub("<IP>", text)
+    return text
+
+
+def tokenize(message: str) -> tuple[str, ...]:
+    """The masked tokens of a message, each with the space before it: joined, they are the template."""
+    raw = TOKEN.findall(_premask(message))[:MAX_TOKENS]
+    get = _TOKEN_CACHE.get
+    tokens = [get(token) or _mask_token(token) for token in raw]
+    if not STATUS_TOKENS.isdisjoint(raw):
+        for position, token in enumerate(raw):
+            if token in STATUS_TOKENS and _is_status(raw, position):
+                tokens[position] = token
+    return tuple(tokens)
+
+
+def _is_status(tokens: list[str], position: int) -> bool:
+    return _neighbour(tokens, position, -1) in STATUS_BEFORE or _neighbour(tokens, position, 1) in STATUS_AFTER
+
+
+def _neighbour(tokens: list[str], position: int, step: int) -> str:
+    index = position + step
+    while 0 <= index < len(tokens):
+        word = tokens[index].strip()
+        if word[:1].isalnum():
+            return word.lower().rstrip("/.")
+        if word not in {":", "=", "/", "(", '"', "'"}:
+            return ""
+        index += step
+    return ""
 
 
 def mask(message: str) -> str:
-    text = message[:MAX_MESSAGE]
-    for pattern, placeholder in MASKS:
-        text = pattern.sub(placeholder, text)
-    return SPACES.sub(" ", text).strip()
+    """The message with its variable parts masked, whitespace collapsed to single spaces."""
+    return "".join(tokenize(message))
 
 
-def fingerprint(*, error_type: str, message: str, fallback: str = "") -> Fingerprint:
+def split_error_type(message: str) -> tuple[str, str]:
+    """("ValueError", "bad id 42") from "ValueError: bad id 42", as Python and Java print exceptions;
+    ("", message) when the message does not start with a type."""
+    head, separator, rest = message.partition(": ")
+    if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or "." in head):
+        return head, rest
+    return "", message
+
+
+def fingerprint(*, error_type: str, message: str, stack_trace: str = "", fallback: str = "") -> Fingerprint:
     """Key and template of one failure. `fallback` names the failure when there is no error text at all
     (for example the broker's death reason and the original queue)."""
-    template = mask(message) if message else ""
-    if not template:
+    trace = stack_trace
+    if not trace and stacktrace.looks_like_trace(message):
+        # Some services send the whole printed exception as the message; group it as a trace, and fall back
+        # to its first line as text when no frame of the application's own code is found.
+        trace, message = message, stacktrace.headline(message)
+    if trace:
+        found = stacktrace.signature(trace, error_type=error_type)
+        if found is not None:
+            key = pattern_key(error_type=f"trace\x00{found.error_type}", template="\x00".join(found.frames))
+            return Fingerprint(key=key, template=found.template, error_type=found.error_type, kind="trace")
+    tokens = tokenize(message) if message else ()
+    if not tokens:
         template = fallback or "(no error message)"
-    digest = hashlib.sha1(f"{error_type}\x00{template}".encode("utf-8", "replace"), usedforsecurity=False)
-    return Fingerprint(key=digest.hexdigest(), template=template, error_type=error_type)
+        return Fingerprint(
+            key=pattern_key(error_type=error_type, template=template),
+            template=template,
+            error_type=error_type,
+            kind="empty",
+        )
+    template = "".join(tokens)
+    return Fingerprint(
+        key=pattern_key(error_type=error_type, template=template),
+        template=template,
+        error_type=error_type,
+        tokens=tokens,
+    )

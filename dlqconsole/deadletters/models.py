@@ -61,6 +61,13 @@ class PatternStatus(models.TextChoices):
     IGNORED = "ignored", "Ignored"
 
 
+class PatternOrigin(models.TextChoices):
+    TEXT = "text", "Message text"
+    MINED = "mined", "Mined template"
+    TRACE = "trace", "Stack trace"
+    RULE = "rule", "Rule"
+
+
 class FailurePatternQuerySet(models.QuerySet["FailurePattern"]):
     def active(self) -> FailurePatternQuerySet:
         """Patterns that were not absorbed into another one by a merge."""
@@ -92,6 +99,10 @@ class FailurePattern(models.Model):
     # Set when an operator (or the automatic merge) folds this pattern into another one; new arrivals whose
     # fingerprint is this key are then filed under the target, so the decision sticks.
     merged_into = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="absorbed")
+    merged_at = models.DateTimeField(null=True, blank=True)
+    # How the pattern came about: one masked message, a template mined from several, a stack trace signature,
+    # or an operator's rule (a custom fingerprint rule or a split).
+    origin = models.CharField(max_length=16, choices=PatternOrigin.choices, default=PatternOrigin.TEXT)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = FailurePatternQuerySet.as_manager()
@@ -246,3 +257,102 @@ class PatternEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.from_status}->{self.to_status}"
+
+
+class PatternCluster(models.Model):
+    """The fingerprints that template mining compares with one another: one error type, one failure reason, one
+    token count. Its row is the lock a consumer holds while it decides the cluster's grouping, so concurrent
+    consumers decide one after the other, each from everything the others committed."""
+
+    key = models.CharField(max_length=64, unique=True)
+    error_type = models.CharField(max_length=255, blank=True)
+    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices)
+    token_count = models.IntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.error_type or '(no type)'} / {self.failure_reason} / {self.token_count} tokens"
+
+
+class FingerprintKind(models.TextChoices):
+    TEXT = "text", "Message text"
+    TRACE = "trace", "Stack trace"
+    EMPTY = "empty", "No error text"
+    RULE = "rule", "Rule"
+
+
+class Fingerprint(models.Model):
+    """One distinct fingerprint (a masked message, a stack trace signature, or a rule) and where it is filed.
+
+    `pattern` is where new dead letters with this fingerprint go, after every merge (ingest reads it, and
+    never follows merge chains); `auto_pattern` is what automatic grouping chose, before operators' merges.
+    """
+
+    key = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8, choices=FingerprintKind.choices, default=FingerprintKind.TEXT)
+    template = models.TextField()
+    error_type = models.CharField(max_length=255, blank=True)
+    # The masked tokens, each with the space before it, as template mining compares them.
+    tokens = models.JSONField(default=list)
+    cluster = models.ForeignKey(
+        PatternCluster, null=True, blank=True, on_delete=models.CASCADE, related_name="fingerprints"
+    )
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="fingerprints")
+    auto_pattern = models.ForeignKey(FailurePattern, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Merges and splits repoint every fingerprint of a pattern.
+            models.Index(fields=["pattern"], name="fingerprint_pattern"),
+        ]
+
+    def __str__(self) -> str:
+        return self.template[:120]
+
+
+class FingerprintRule(models.Model):
+    """An operator's grouping decision: dead letters whose error text matches `regex` (or whose header
+    `header` matches it) are filed under the rule's own pattern instead of wherever grouping would put them.
+
+    A rule with a `scope` is a split: it applies only to dead letters that would otherwise land in that pattern.
+    Rules are tried in `position` order; the first that matches wins.
+    """
+
+    name = models.CharField(max_length=200, help_text="Shown as the template of the rule's pattern.")
+    regex = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="A Python regular expression, searched in '<error type>: <error message>' (or in the header's "
+        "value when a header is named). Empty with a header: the header is present.",
+    )
+    header = models.CharField(max_length=255, blank=True, help_text="Match this message header (any case).")
+    scope = models.ForeignKey(
+        FailurePattern,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="split_rules",
+        help_text="Only dead letters otherwise filed under this pattern (a split).",
+    )
+    pattern = models.ForeignKey(
+        FailurePattern, null=True, blank=True, on_delete=models.PROTECT, related_name="rules", editable=False
+    )
+    position = models.IntegerField(default=100, help_text="Rules are tried from the lowest position up.")
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def fingerprint_key(self) -> str:
+        """The fingerprint dead letters matched by this rule carry."""
+        return f"rule-{self.pk}"

@@ -1,0 +1,160 @@
+"""Grouping quality and speed on the labelled corpus (tests/data/error_corpus.jsonl).
+
+    .venv/bin/python bench/grouping.py                 # accuracy, group F1 and messages/s, per split
+    .venv/bin/python bench/grouping.py --show-errors   # also list the train causes that were grouped wrongly
+
+Grouping accuracy: the share of messages whose pattern holds exactly the messages of their true cause.
+Group F1: a predicted group is right when it equals a true group; precision is the share of predicted groups
+that are right, recall the share of true groups found, F1 their harmonic mean. Both are computed for the train
+and held-out causes separately (each grouped on its own, as two independent streams) and for everything.
+Speed: fingerprinting plus template mining for the whole corpus in one process, CPU time of the best of several
+runs; once with the failure reason already known (as ingest has it from the envelope), once deriving error type
+and reason from the text first (as `dlq fingerprint` does). No database is involved: `assign_patterns` adds a
+few queries per batch on top of this.
+
+Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dlqconsole.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from dlqconsole.deadletters.grouping.engine import Grouper, describe  # noqa: E402
+
+CORPUS = ROOT / "tests" / "data" / "error_corpus.jsonl"
+
+
+def load() -> list[dict[str, str]]:
+    with CORPUS.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def describe_all(rows: list[dict[str, str]]) -> list[tuple[str, str, str]]:
+    return [
+        describe(error_type=row["error_type"], message=row["message"], stack_trace=row["stack_trace"]) for row in rows
+    ]
+
+
+def group(rows: list[dict[str, str]], described: list[tuple[str, str, str]] | None = None) -> list[str]:
+    """The pattern key of each row. `described` holds (error type, message, failure reason) as ingest derives
+    them before grouping; computed here when not given."""
+    grouper = Grouper()
+    keys = [
+        grouper.add(error_type=error_type, message=message, stack_trace=row["stack_trace"], reason=reason)
+        for row, (error_type, message, reason) in zip(rows, described or describe_all(rows), strict=True)
+    ]
+    patterns = grouper.patterns()
+    return [patterns[key].key for key in keys]
+
+
+def score(truth: list[str], predicted: list[str]) -> dict[str, float]:
+    true_groups: dict[str, set[int]] = defaultdict(set)
+    predicted_groups: dict[str, set[int]] = defaultdict(set)
+    for index, (cause, pattern) in enumerate(zip(truth, predicted, strict=True)):
+        true_groups[cause].add(index)
+        predicted_groups[pattern].add(index)
+    exact = {frozenset(members) for members in true_groups.values()}
+    right_messages = sum(len(members) for members in predicted_groups.values() if frozenset(members) in exact)
+    right_groups = sum(1 for members in predicted_groups.values() if frozenset(members) in exact)
+    precision = right_groups / len(predicted_groups)
+    recall = right_groups / len(true_groups)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {
+        "messages": len(truth),
+        "causes": len(true_groups),
+        "patterns": len(predicted_groups),
+        "accuracy": right_messages / len(truth),
+        "group_precision": precision,
+        "group_recall": recall,
+        "group_f1": f1,
+    }
+
+
+def show_errors(rows: list[dict[str, str]], predicted: list[str]) -> None:
+    by_cause: dict[str, set[str]] = defaultdict(set)
+    by_pattern: dict[str, set[str]] = defaultdict(set)
+    examples: dict[str, str] = {}
+    for row, pattern in zip(rows, predicted, strict=True):
+        by_cause[row["cause"]].add(pattern)
+        by_pattern[pattern].add(row["cause"])
+        examples.setdefault(row["cause"], (row["error_type"] + " | " + row["message"])[:300])
+    for cause in sorted(by_cause):
+        patterns = by_cause[cause]
+        mixed = sorted({other for pattern in patterns for other in by_pattern[pattern]} - {cause})
+        if len(patterns) > 1 or mixed:
+            print(f"- {cause}: split into {len(patterns)} pattern(s); mixed with {mixed}")
+            print(f"    {examples[cause]!r}")
+
+
+def speed(rows: list[dict[str, str]], rounds: int) -> tuple[float, float]:
+    """Messages per second: (fingerprint + merge, as in ingest where the reason is already known; the same plus
+    deriving error type and reason from the text, as `dlq fingerprint` does). CPU time of this process, best
+    run, so other load on the machine counts as little as possible."""
+    described = describe_all(rows)
+    best = float("inf")
+    best_with_describe = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        group(rows, described)
+        best = min(best, time.process_time() - started)
+        started = time.process_time()
+        group(rows)
+        best_with_describe = min(best_with_describe, time.process_time() - started)
+    return len(rows) / best, len(rows) / best_with_describe
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--show-errors", action="store_true", help="List wrongly grouped train causes.")
+    parser.add_argument("--rounds", type=int, default=5, help="Timing runs (the best one counts).")
+    parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
+    options = parser.parse_args()
+
+    rows = load()
+    results: dict[str, dict[str, float]] = {}
+    for split in ("train", "heldout"):
+        part = [row for row in rows if row["split"] == split]
+        predicted = group(part)
+        results[split] = score([row["cause"] for row in part], predicted)
+        if options.show_errors and split == "train":
+            show_errors(part, predicted)
+    results["all"] = score([row["cause"] for row in rows], group(rows))
+    grouping, with_describe = speed(rows, options.rounds)
+    results["all"]["messages_per_second"] = grouping
+    results["all"]["messages_per_second_with_classification"] = with_describe
+
+    if options.json:
+        print(json.dumps(results, indent=2))
+        return
+    for split, numbers in results.items():
+        line = (
+            f"{split:<8} messages={numbers['messages']:<5} causes={numbers['causes']:<4} "
+            f"patterns={numbers['patterns']:<4} accuracy={numbers['accuracy']:.3f} "
+            f"group_f1={numbers['group_f1']:.3f} (precision {numbers['group_precision']:.3f}, "
+            f"recall {numbers['group_recall']:.3f})"
+        )
+        if "messages_per_second" in numbers:
+            with_text = numbers["messages_per_second_with_classification"]
+            line += (
+                f"\nspeed: fingerprint+merge {numbers['messages_per_second']:,.0f} msg/s; with error type and "
+                f"reason derived from the text (dlq fingerprint) {with_text:,.0f} msg/s"
+            )
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

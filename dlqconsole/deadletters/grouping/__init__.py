@@ -1,0 +1,110 @@
+"""Assign each incoming dead letter to a FailurePattern: the one entry point ingest calls.
+
+In order: custom fingerprint rules that apply everywhere (the first that matches decides); otherwise the
+fingerprint (stack trace signature, or masked message mined together with its cluster, see `store`); then
+split rules scoped to the pattern that came out. Merge decisions live in the database, so every consumer
+process files a fingerprint under the same pattern.
+
+Cost per batch, whatever its size: one query for the rules, one to learn which fingerprints are new, one to read
+(and share-lock) where they are filed, one to check for merges; plus, only for new fingerprints, the work of
+filing them. Compiled rules and masked tokens are cached per process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dlqconsole.deadletters.fingerprint import fingerprint
+from dlqconsole.deadletters.grouping.rules import CompiledRule, first_match, load_rules
+from dlqconsole.deadletters.grouping.store import Candidate, file_fingerprints, read_filing, resolve
+from dlqconsole.deadletters.models import Fingerprint, FingerprintRule
+
+if TYPE_CHECKING:
+    from dlqconsole.ingest.envelope import ParsedDeadLetter
+
+
+def fallback_name(letter: ParsedDeadLetter) -> str:
+    if letter.task_name:
+        return f"Celery task {letter.task_name} failed ({letter.death_reason})"
+    return f"{letter.death_reason} from {letter.original_queue or letter.source_queue}"
+
+
+def assign_patterns(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime) -> dict[str, int]:
+    """Set each letter's fingerprint and return {fingerprint: pattern id} for all of them.
+
+    Runs inside the caller's batch transaction; safe with any number of concurrent callers.
+    """
+    rules = load_rules()
+    everywhere = [rule for rule in rules if rule.scope_id is None]
+    candidates: dict[str, Candidate] = {}
+    rule_keys: set[str] = set()
+    for letter in letters:
+        if everywhere:
+            rule = first_match(
+                everywhere, error_type=letter.error_type, message=letter.error_message, headers=letter.headers
+            )
+            if rule is not None:
+                letter.fingerprint = rule.key
+                rule_keys.add(rule.key)
+                continue
+        found = fingerprint(
+            error_type=letter.error_type,
+            message=letter.error_message,
+            stack_trace=letter.stack_trace,
+            fallback=fallback_name(letter),
+        )
+        letter.fingerprint = found.key
+        if found.key not in candidates:
+            candidates[found.key] = Candidate(found=found, reason=letter.failure_reason, transient=letter.transient)
+    _ensure_rules(rules, rule_keys, now=now)
+    filing = file_fingerprints(candidates=candidates, extra_keys=rule_keys, now=now)
+    splits = [rule for rule in rules if rule.scope_id is not None]
+    if splits:
+        filing.update(_apply_splits(letters, splits, filing, now=now))
+    return filing
+
+
+def _apply_splits(
+    letters: Sequence[ParsedDeadLetter], splits: list[CompiledRule], filing: dict[str, int], *, now: dt.datetime
+) -> dict[str, int]:
+    """Split rules apply to dead letters that would land in their scope pattern (or where it was merged)."""
+    scopes = resolve({rule.scope_id for rule in splits if rule.scope_id is not None})
+    by_pattern: dict[int, list[CompiledRule]] = {}
+    for rule in splits:
+        if rule.scope_id is not None:
+            by_pattern.setdefault(scopes[rule.scope_id], []).append(rule)
+    taken: set[str] = set()
+    for letter in letters:
+        rules = by_pattern.get(filing.get(letter.fingerprint, -1))
+        if not rules:
+            continue
+        matched = first_match(
+            rules,
+            error_type=letter.error_type,
+            message=letter.error_message,
+            headers=letter.headers,
+            scope_id=rules[0].scope_id,
+        )
+        if matched is not None:
+            letter.fingerprint = matched.key
+            taken.add(matched.key)
+    if not taken:
+        return {}
+    _ensure_rules(splits, taken, now=now)
+    return read_filing(taken)
+
+
+def _ensure_rules(rules: list[CompiledRule], keys: set[str], *, now: dt.datetime) -> None:
+    """Rules saved through the services have their pattern and fingerprint row already; this covers rules
+    written some other way (a shell, a fixture)."""
+    if not keys:
+        return
+    missing = keys - set(Fingerprint.objects.filter(key__in=sorted(keys)).values_list("key", flat=True))
+    if not missing:
+        return
+    from dlqconsole.deadletters.services import ensure_rule_pattern
+
+    for rule in FingerprintRule.objects.filter(pk__in=[rule.id for rule in rules if rule.key in missing]):
+        ensure_rule_pattern(rule=rule, now=now)

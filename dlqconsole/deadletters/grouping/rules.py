@@ -1,0 +1,101 @@
+"""Custom fingerprint rules, compiled once per process and matched against dead letters.
+
+Rules are few and change rarely; ingest loads the enabled ones once per batch (one query) and compiles only
+those it has not seen in this version (`updated_at`), so a rule edited in the admin applies to the next batch in
+every consumer process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dlqconsole.core import jsonsafe
+from dlqconsole.deadletters.models import FingerprintRule
+
+# Rules search at most this much of the error text, so one careless expression cannot stall ingest for long.
+MAX_TEXT = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    id: int
+    key: str
+    pattern_id: int | None
+    scope_id: int | None
+    regex: re.Pattern[str] | None
+    header: str
+
+
+_compiled: dict[tuple[int, dt.datetime, str, str], CompiledRule] = {}
+
+
+def compile_rule(rule: FingerprintRule) -> CompiledRule:
+    """Raises re.error when the expression does not compile."""
+    return CompiledRule(
+        id=rule.pk,
+        key=rule.fingerprint_key,
+        pattern_id=rule.pattern_id,
+        scope_id=rule.scope_id,
+        regex=re.compile(rule.regex) if rule.regex else None,
+        header=rule.header.strip().lower(),
+    )
+
+
+def load_rules() -> list[CompiledRule]:
+    """The enabled rules in the order they are tried. A rule whose expression no longer compiles is skipped
+    (the admin refuses such expressions; this only guards against rows edited elsewhere)."""
+    rules: list[CompiledRule] = []
+    for rule in FingerprintRule.objects.filter(enabled=True).order_by("position", "id"):
+        version = (rule.pk, rule.updated_at, rule.regex, rule.header)
+        compiled = _compiled.get(version)
+        if compiled is None or compiled.pattern_id != rule.pattern_id or compiled.scope_id != rule.scope_id:
+            try:
+                compiled = compile_rule(rule)
+            except re.error:
+                continue
+            _compiled[version] = compiled
+        rules.append(compiled)
+    return rules
+
+
+def error_text(*, error_type: str, message: str) -> str:
+    """The text a rule's expression is searched in."""
+    return f"{error_type}: {message}" if error_type else message
+
+
+def header_text(headers: Any, name: str) -> str | None:
+    """The value of a header (name compared without regard to case) as text, or None when it is absent."""
+    if not isinstance(headers, dict):
+        return None
+    if "$map" in headers:
+        headers = jsonsafe.decode(headers)
+        if not isinstance(headers, dict):
+            return None
+    for key, value in headers.items():
+        if str(key).lower() == name:
+            return jsonsafe.to_text(value, limit=MAX_TEXT)
+    return None
+
+
+def matches(rule: CompiledRule, *, error_type: str, message: str, headers: Any) -> bool:
+    if rule.header:
+        value = header_text(headers, rule.header)
+        if value is None:
+            return False
+        return rule.regex is None or rule.regex.search(value) is not None
+    if rule.regex is None:
+        return False
+    return rule.regex.search(error_text(error_type=error_type, message=message)[:MAX_TEXT]) is not None
+
+
+def first_match(
+    rules: list[CompiledRule], *, error_type: str, message: str, headers: Any, scope_id: int | None = None
+) -> CompiledRule | None:
+    """The first rule of the given scope (None: the rules that apply to every dead letter) that matches."""
+    for rule in rules:
+        if rule.scope_id == scope_id and matches(rule, error_type=error_type, message=message, headers=headers):
+            return rule
+    return None

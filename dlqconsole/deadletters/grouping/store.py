@@ -1,0 +1,335 @@
+"""Filing fingerprints in the database: the state every consumer process groups by.
+
+What is decided once is stored: a Fingerprint row says which pattern a fingerprint's dead letters go to, so
+the common case (a fingerprint seen before) costs one indexed read per batch for all its letters. Only a new
+fingerprint of a text cluster costs more: the consumer locks the cluster row, reads the cluster's fingerprints,
+mines them together with the new ones (`mining.generalize`, a pure function of the set) and stores the result.
+Because the lock serialises the deciders and each one decides from the whole committed set, the patterns end
+up the same however many consumers there are and in whatever order the messages came; a pattern whose
+template generalises is absorbed into the new one (merged_into), so it records what it absorbed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from dlqconsole.deadletters.fingerprint import WILDCARD
+from dlqconsole.deadletters.fingerprint import Fingerprint as Found
+from dlqconsole.deadletters.grouping.engine import cluster_of, patterns_of_cluster
+from dlqconsole.deadletters.models import (
+    FailurePattern,
+    Fingerprint,
+    FingerprintKind,
+    PatternCluster,
+    PatternEvent,
+    PatternOrigin,
+)
+from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, move_dead_letters
+
+CHUNK = 500
+MAX_HOPS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A fingerprint met in a batch, with what its first dead letter says about the failure."""
+
+    found: Found
+    reason: str
+    transient: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    tokens: tuple[str, ...]
+    pattern_id: int
+    auto_pattern_id: int | None
+
+
+def file_fingerprints(
+    *, candidates: dict[str, Candidate], now: dt.datetime, extra_keys: Iterable[str] = ()
+) -> dict[str, int]:
+    """{fingerprint key: pattern id} for the candidates (and for `extra_keys`, fingerprints that already
+    exist, such as rules'), creating what is missing. Holds a share lock on those fingerprint rows until the
+    transaction ends, so a merge or split of their patterns waits for this batch to commit."""
+    keys = sorted(set(candidates) | set(extra_keys))
+    known = set(Fingerprint.objects.filter(key__in=sorted(candidates)).values_list("key", flat=True))
+    new = [candidates[key] for key in sorted(candidates) if key not in known]
+    if new:
+        clusters: dict[tuple[str, str, int], list[Candidate]] = defaultdict(list)
+        singles: list[Candidate] = []
+        for candidate in new:
+            cluster = cluster_of(candidate.found, candidate.reason)
+            if cluster is None:
+                singles.append(candidate)
+            else:
+                clusters[cluster].append(candidate)
+        # Always in the same order, so two consumers that need the same clusters cannot deadlock.
+        for cluster in sorted(clusters):
+            _file_cluster(cluster, clusters[cluster], now=now)
+        if singles:
+            _file_singles(singles, now=now)
+    return read_filing(keys)
+
+
+def read_filing(keys: Iterable[str]) -> dict[str, int]:
+    """{fingerprint key: pattern id}, share-locking the rows (PostgreSQL; SQLite has a single writer)."""
+    ordered = sorted(set(keys))
+    table = Fingerprint._meta.db_table
+    lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+    filing: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        for start in range(0, len(ordered), CHUNK):
+            part = ordered[start : start + CHUNK]
+            cursor.execute(
+                f"SELECT key, pattern_id FROM {table} WHERE key IN ({','.join(['%s'] * len(part))}) ORDER BY key{lock}",
+                part,
+            )
+            filing.update((str(key), int(pattern_id)) for key, pattern_id in cursor.fetchall())
+    # Fingerprints always point at a surviving pattern (merges repoint them); this only guards against rows
+    # written before that rule, at the cost of one indexed query.
+    final = resolve(set(filing.values()))
+    return {key: final[pattern_id] for key, pattern_id in filing.items()}
+
+
+def resolve(pattern_ids: Iterable[int]) -> dict[int, int]:
+    """{pattern id: the pattern it ends in after following merges}."""
+    result = {pattern_id: pattern_id for pattern_id in pattern_ids}
+    pending = set(result)
+    for _ in range(MAX_HOPS):
+        if not pending:
+            break
+        hops = dict(
+            FailurePattern.objects.filter(pk__in=pending, merged_into__isnull=False).values_list("pk", "merged_into_id")
+        )
+        if not hops:
+            break
+        for pattern_id, current in result.items():
+            if current in hops:
+                result[pattern_id] = hops[current]
+        pending = set(hops.values())
+    return result
+
+
+def cluster_key(error_type: str, reason: str, token_count: int) -> str:
+    return hashlib.sha1(f"{error_type}\x00{reason}\x00{token_count}".encode(), usedforsecurity=False).hexdigest()
+
+
+def _lock_cluster(error_type: str, reason: str, token_count: int, now: dt.datetime) -> int:
+    key = cluster_key(error_type, reason, token_count)
+    PatternCluster.objects.bulk_create(
+        [
+            PatternCluster(
+                key=key, error_type=error_type, failure_reason=reason, token_count=token_count, created_at=now
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return int(PatternCluster.objects.select_for_update().values_list("pk", flat=True).get(key=key))
+
+
+def _insert_patterns(
+    rows: Sequence[tuple[str, str, str, str, bool, str]], *, now: dt.datetime
+) -> tuple[dict[str, int], set[int]]:
+    """Create the patterns (key, template, error type, reason, transient, origin) that do not exist; returns
+    ({key: id} for all of them, ids of those created now)."""
+    table = FailurePattern._meta.db_table
+    created: set[int] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), CHUNK):
+            part = rows[start : start + CHUNK]
+            values: list[Any] = []
+            for key, template, error_type, reason, transient, origin in part:
+                values += [key, template[:10000], error_type[:255], reason, transient, now, now, "open", now, "", now]
+                values += [origin]
+            cursor.execute(
+                f"INSERT INTO {table} (key, template, error_type, failure_reason, transient, total_count, "
+                "first_seen_at, last_seen_at, status, status_changed_at, note, created_at, origin) VALUES "
+                + ",".join(["(%s,%s,%s,%s,%s,0,%s,%s,%s,%s,%s,%s,%s)"] * len(part))
+                + " ON CONFLICT (key) DO NOTHING RETURNING id",
+                values,
+            )
+            created.update(int(row[0]) for row in cursor.fetchall())
+    ids = dict(FailurePattern.objects.filter(key__in=[row[0] for row in rows]).values_list("key", "pk"))
+    if created:
+        PatternEvent.objects.bulk_create(
+            PatternEvent(pattern_id=pattern_id, kind=PatternEvent.Kind.CREATED, created_at=now)
+            for pattern_id in sorted(created)
+        )
+    return ids, created
+
+
+def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
+    """Fingerprints that are never merged automatically (stack trace signatures, no error text): one pattern
+    each."""
+    rows = [
+        (
+            candidate.found.key,
+            candidate.found.template,
+            candidate.found.error_type,
+            candidate.reason,
+            candidate.transient,
+            PatternOrigin.TRACE if candidate.found.kind == "trace" else PatternOrigin.TEXT,
+        )
+        for candidate in candidates
+    ]
+    ids, _ = _insert_patterns(rows, now=now)
+    final = resolve(ids.values())
+    Fingerprint.objects.bulk_create(
+        [
+            Fingerprint(
+                key=candidate.found.key,
+                kind=FingerprintKind.TRACE if candidate.found.kind == "trace" else FingerprintKind.EMPTY,
+                template=candidate.found.template,
+                error_type=candidate.found.error_type[:255],
+                pattern_id=final[ids[candidate.found.key]],
+                auto_pattern_id=ids[candidate.found.key],
+                created_at=now,
+            )
+            for candidate in candidates
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _file_cluster(cluster: tuple[str, str, int], candidates: list[Candidate], *, now: dt.datetime) -> None:
+    error_type, reason, token_count = cluster
+    cluster_id = _lock_cluster(error_type, reason, token_count, now)
+    existing = {
+        key: Member(tuple(tokens), pattern_id, auto_pattern_id)
+        for key, tokens, pattern_id, auto_pattern_id in Fingerprint.objects.filter(cluster_id=cluster_id).values_list(
+            "key", "tokens", "pattern_id", "auto_pattern_id"
+        )
+    }
+    fresh = {candidate.found.key: candidate for candidate in candidates if candidate.found.key not in existing}
+    if not fresh:
+        # Another consumer filed them while this one waited for the lock.
+        return
+    members = {key: member.tokens for key, member in existing.items()}
+    members.update({key: candidate.found.tokens for key, candidate in fresh.items()})
+    groups = patterns_of_cluster(error_type, members)
+    transient = next(iter(fresh.values())).transient
+    rows = sorted(
+        {
+            (
+                group.key,
+                group.template,
+                error_type,
+                reason,
+                transient,
+                PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT,
+            )
+            for group in groups.values()
+        }
+    )
+    ids, created = _insert_patterns(rows, now=now)
+    changes = {
+        key: ids[groups[key].key] for key, member in existing.items() if ids[groups[key].key] != member.auto_pattern_id
+    }
+    if changes:
+        _regroup(existing=existing, changes=changes, created=created, now=now)
+    final = resolve({ids[groups[key].key] for key in fresh})
+    Fingerprint.objects.bulk_create(
+        [
+            Fingerprint(
+                key=key,
+                kind=FingerprintKind.TEXT,
+                template=candidate.found.template,
+                error_type=error_type[:255],
+                tokens=list(candidate.found.tokens),
+                cluster_id=cluster_id,
+                pattern_id=final[ids[groups[key].key]],
+                auto_pattern_id=ids[groups[key].key],
+                created_at=now,
+            )
+            for key, candidate in sorted(fresh.items())
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _regroup(*, existing: dict[str, Member], changes: dict[str, int], created: set[int], now: dt.datetime) -> None:
+    """Existing fingerprints whose group changed (their template generalised): repoint them, and move their
+    dead letters. A pattern left without fingerprints is absorbed into the one that took them."""
+    # An operator's merge sticks: when a group an operator had merged away generalises into a new pattern,
+    # the new pattern follows it into the same place.
+    follow: dict[int, set[int]] = defaultdict(set)
+    for key, new_auto in changes.items():
+        member = existing[key]
+        if new_auto in created and member.auto_pattern_id is not None and member.pattern_id != member.auto_pattern_id:
+            follow[new_auto].add(member.pattern_id)
+    for new_auto, merged_to in sorted(follow.items()):
+        follow_id = min(merged_to)
+        FailurePattern.objects.filter(pk=new_auto).update(merged_into_id=follow_id, merged_at=now)
+        PatternEvent.objects.create(
+            pattern_id=new_auto,
+            kind=PatternEvent.Kind.MERGED,
+            detail=f"Merged into #{follow_id}, where an operator had merged the patterns it generalises",
+            created_at=now,
+        )
+    finals = resolve(set(changes.values()))
+    touched = {existing[key].pattern_id for key in changes} | set(finals.values())
+    lock_fingerprints(pattern_ids=touched)
+    patterns = {
+        pattern.pk: pattern
+        for pattern in FailurePattern.objects.select_for_update().filter(pk__in=touched).order_by("pk")
+    }
+
+    repoint: dict[tuple[int, int], list[str]] = defaultdict(list)
+    moves: dict[int, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for key, new_auto in sorted(changes.items()):
+        repoint[(new_auto, finals[new_auto])].append(key)
+        if existing[key].pattern_id != finals[new_auto]:
+            moves[existing[key].pattern_id][finals[new_auto]].append(key)
+    for (new_auto, final), keys in sorted(repoint.items()):
+        Fingerprint.objects.filter(key__in=keys).update(auto_pattern_id=new_auto, pattern_id=final)
+
+    inherited: set[int] = set()
+    # The busiest old pattern first: a new pattern takes over its triage (status, owner, note).
+    for source_id in sorted(moves, key=lambda pk: (-patterns[pk].total_count, pk)):
+        targets = moves[source_id]
+        source = patterns[source_id]
+        emptied = not Fingerprint.objects.filter(pattern_id=source_id).exists()
+        if len(targets) == 1 and emptied and source.merged_into_id is None:
+            ((target_id, _),) = targets.items()
+            target = patterns[target_id]
+            absorb_pattern(
+                source=source,
+                target=target,
+                actor=None,
+                now=now,
+                detail=f"its template generalised to {target.template[:300]}",
+                inherit_triage=target_id in created and target_id not in inherited,
+            )
+            inherited.add(target_id)
+            continue
+        for target_id, keys in sorted(targets.items()):
+            moved, _, _ = move_dead_letters(source_id=source_id, target_id=target_id, fingerprints=keys)
+            target = patterns[target_id]
+            target.total_count += moved
+            target.save(update_fields=["total_count"])
+            source.total_count = max(0, source.total_count - moved)
+            source.save(update_fields=["total_count"])
+            PatternEvent.objects.bulk_create(
+                [
+                    PatternEvent(
+                        pattern_id=source_id,
+                        kind=PatternEvent.Kind.SPLIT,
+                        detail=f"{moved} dead letters regrouped into #{target_id} automatically",
+                        created_at=now,
+                    ),
+                    PatternEvent(
+                        pattern_id=target_id,
+                        kind=PatternEvent.Kind.MERGED,
+                        detail=f"Took {moved} dead letters from #{source_id} automatically",
+                        created_at=now,
+                    ),
+                ]
+            )

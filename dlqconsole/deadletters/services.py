@@ -1,0 +1,486 @@
+"""Pattern services: triage (status, owner, note), merging, splitting and custom fingerprint rules.
+
+Every service is keyword-only, records its history (PatternEvent) and an audit row, raises PatternError with
+a message fit to show an operator, and keeps DeadLetterCount exact when dead letters change pattern.
+
+Contracts the pages, the admin and the CLI rely on (keep them stable):
+- set_pattern_status(*, pattern, status, actor, note="") -> FailurePattern
+- assign_pattern(*, pattern, owner, actor, note=None) -> FailurePattern      (owner None: nobody)
+- set_pattern_note(*, pattern, note, actor) -> FailurePattern
+- merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
+- split_pattern(*, pattern, name, actor, regex="", header="") -> FailurePattern   (the new pattern)
+- save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
+- delete_fingerprint_rule(*, rule, actor) -> None
+
+Locking order, shared with ingest (dlqconsole.deadletters.grouping.store), so that nothing can deadlock:
+cluster rows, then fingerprint rows (by key), then pattern rows (by id), then dead letters and counters. A
+merge or a split locks the fingerprints of every pattern it touches with FOR UPDATE; ingest holds a share lock
+on the fingerprints it files under until its batch commits. So a merge waits for batches already filing into
+its patterns, and batches that come after it see where the merge put things.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection, transaction
+from django.utils import timezone
+
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    FailurePattern,
+    FailureReason,
+    Fingerprint,
+    FingerprintKind,
+    FingerprintRule,
+    PatternEvent,
+    PatternOrigin,
+    PatternStatus,
+)
+
+Actor = AbstractBaseUser | AnonymousUser | None
+# Dead letters are moved between patterns in chunks of this many rows, each chunk one UPDATE ... RETURNING.
+MOVE_CHUNK = 5000
+
+
+class PatternError(Exception):
+    """A pattern operation that cannot be done; the message says why, in words an operator understands."""
+
+
+def _user(actor: Actor) -> Any:
+    return actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+
+
+def _active(pattern: FailurePattern) -> FailurePattern:
+    """The pattern's current row, locked; refuses a pattern that was merged away."""
+    locked = FailurePattern.objects.select_for_update().get(pk=pattern.pk)
+    if locked.merged_into_id is not None:
+        raise PatternError(f"Pattern #{locked.pk} was merged into #{locked.merged_into_id}; use that one.")
+    return locked
+
+
+# Triage --------------------------------------------------------------------------------------------------------
+
+
+def set_pattern_status(
+    *, pattern: FailurePattern, status: str, actor: Actor, note: str = "", now: dt.datetime | None = None
+) -> FailurePattern:
+    """Open, acknowledge, resolve or ignore a pattern. A resolved pattern reopens by itself when a new dead
+    letter arrives in it; an ignored one stays ignored (and out of alerts)."""
+    if status not in PatternStatus.values:
+        choices = ", ".join(PatternStatus.values)
+        raise PatternError(f"'{status}' is not a pattern status; choose one of {choices}.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = _active(pattern)
+        previous = locked.status
+        if previous == status and not note:
+            return locked
+        locked.status = status
+        locked.status_changed_at = now
+        locked.save(update_fields=["status", "status_changed_at"])
+        PatternEvent.objects.create(
+            pattern=locked,
+            kind=PatternEvent.Kind.STATUS,
+            from_status=previous,
+            to_status=status,
+            detail=note,
+            actor=_user(actor),
+            created_at=now,
+        )
+        record_audit(
+            actor=actor,
+            action="pattern.status",
+            target=f"pattern #{locked.pk}",
+            detail=f"{previous} -> {status}" + (f": {note}" if note else ""),
+        )
+    return locked
+
+
+def assign_pattern(
+    *, pattern: FailurePattern, owner: Any, actor: Actor, note: str | None = None, now: dt.datetime | None = None
+) -> FailurePattern:
+    """Give a pattern an owner (None: nobody) and, when `note` is given, replace its note."""
+    if owner is not None and not getattr(owner, "is_active", False):
+        raise PatternError(f"{owner} is not an active user and cannot own a pattern.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = _active(pattern)
+        changes: list[str] = []
+        if locked.owner_id != (owner.pk if owner is not None else None):
+            before = locked.owner.get_username() if locked.owner is not None else "nobody"
+            after = owner.get_username() if owner is not None else "nobody"
+            changes.append(f"owner {before} -> {after}")
+            locked.owner = owner
+        if note is not None and note != locked.note:
+            changes.append("note changed")
+            locked.note = note
+        if not changes:
+            return locked
+        locked.save(update_fields=["owner", "note"])
+        detail = "; ".join(changes)
+        PatternEvent.objects.create(
+            pattern=locked, kind=PatternEvent.Kind.NOTE, detail=detail, actor=_user(actor), created_at=now
+        )
+        record_audit(actor=actor, action="pattern.assign", target=f"pattern #{locked.pk}", detail=detail)
+    return locked
+
+
+def set_pattern_note(*, pattern: FailurePattern, note: str, actor: Actor) -> FailurePattern:
+    return assign_pattern(pattern=pattern, owner=pattern.owner, note=note, actor=actor)
+
+
+# Moving dead letters between patterns ---------------------------------------------------------------------------
+
+
+def lock_fingerprints(*, pattern_ids: Iterable[int]) -> None:
+    """Lock (FOR UPDATE, in key order) the fingerprints filed under these patterns: waits for ingest batches
+    that are filing into them, and holds back the ones that come next until this transaction commits."""
+    ids = sorted(set(pattern_ids))
+    if ids:
+        list(Fingerprint.objects.select_for_update().filter(pattern_id__in=ids).order_by("key").values_list("pk"))
+
+
+def move_dead_letters(
+    *,
+    source_id: int,
+    target_id: int,
+    fingerprints: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
+    new_fingerprint: str | None = None,
+) -> tuple[int, dt.datetime | None, dt.datetime | None]:
+    """Move dead letters of pattern `source_id` (all of them, those with one of `fingerprints`, or those with
+    one of `ids`) to `target_id`, and the counters with them. Returns (moved, earliest, latest ingested_at)."""
+    from dlqconsole.ingest.services import add_counts
+
+    table = DeadLetter._meta.db_table
+    moved: Counter[tuple[str, str, str]] = Counter()
+    earliest: dt.datetime | None = None
+    latest: dt.datetime | None = None
+    set_sql = "pattern_id = %s" + (", fingerprint = %s" if new_fingerprint is not None else "")
+    set_params: list[Any] = [target_id] + ([new_fingerprint] if new_fingerprint is not None else [])
+    selections: list[tuple[str, list[Any]]]
+    if ids is not None:
+        chosen = sorted(ids)
+        selections = [
+            (f"id IN ({','.join(['%s'] * len(part))})", list(part))
+            for part in (chosen[start : start + MOVE_CHUNK] for start in range(0, len(chosen), MOVE_CHUNK))
+            if part
+        ]
+    elif fingerprints is not None:
+        keys = sorted(set(fingerprints))
+        selections = [(f"fingerprint IN ({','.join(['%s'] * len(keys))})", keys)] if keys else []
+    else:
+        selections = [("1 = 1", [])]
+    with connection.cursor() as cursor:
+        for condition, params in selections:
+            while True:
+                cursor.execute(
+                    f"UPDATE {table} SET {set_sql} WHERE id IN (SELECT id FROM {table} WHERE pattern_id = %s "
+                    f"AND {condition} LIMIT %s) RETURNING source_queue, failure_reason, status, ingested_at",
+                    [*set_params, source_id, *params, MOVE_CHUNK],
+                )
+                rows = cursor.fetchall()
+                for queue, reason, status, ingested_at in rows:
+                    moved[(queue, reason, status)] += 1
+                    if isinstance(ingested_at, str):
+                        ingested_at = dt.datetime.fromisoformat(ingested_at)
+                    if ingested_at is not None and timezone.is_naive(ingested_at):
+                        ingested_at = timezone.make_aware(ingested_at, dt.UTC)
+                    earliest = ingested_at if earliest is None or ingested_at < earliest else earliest
+                    latest = ingested_at if latest is None or ingested_at > latest else latest
+                if len(rows) < MOVE_CHUNK:
+                    break
+    changes = [(queue, source_id, reason, status, -n) for (queue, reason, status), n in moved.items()]
+    changes += [(queue, target_id, reason, status, n) for (queue, reason, status), n in moved.items()]
+    add_counts(changes)
+    return sum(moved.values()), earliest, latest
+
+
+def absorb_pattern(
+    *,
+    source: FailurePattern,
+    target: FailurePattern,
+    actor: Actor,
+    now: dt.datetime,
+    detail: str,
+    inherit_triage: bool = False,
+) -> int:
+    """Fold `source` into `target`: its fingerprints, dead letters, counters, history totals, merge chain and
+    split rules. The caller holds the locks (lock_fingerprints, then both pattern rows). Returns letters moved."""
+    Fingerprint.objects.filter(pattern_id=source.pk).update(pattern_id=target.pk)
+    moved, _, _ = move_dead_letters(source_id=source.pk, target_id=target.pk)
+    # Keep merge chains one hop long: what pointed at the source now points at the target.
+    FailurePattern.objects.filter(merged_into_id=source.pk).update(merged_into_id=target.pk)
+    FingerprintRule.objects.filter(scope_id=source.pk).update(scope_id=target.pk)
+    source.merged_into = target
+    source.merged_at = now
+    source.save(update_fields=["merged_into", "merged_at"])
+    target.total_count += source.total_count
+    target.first_seen_at = min(target.first_seen_at, source.first_seen_at)
+    target.last_seen_at = max(target.last_seen_at, source.last_seen_at)
+    fields = ["total_count", "first_seen_at", "last_seen_at"]
+    if inherit_triage:
+        target.status = source.status
+        target.status_changed_at = source.status_changed_at
+        target.owner_id = source.owner_id
+        target.note = source.note
+        fields += ["status", "status_changed_at", "owner", "note"]
+    target.save(update_fields=fields)
+    user = _user(actor)
+    PatternEvent.objects.bulk_create(
+        [
+            PatternEvent(
+                pattern=source,
+                kind=PatternEvent.Kind.MERGED,
+                detail=f"Merged into #{target.pk}: {detail}",
+                actor=user,
+                created_at=now,
+            ),
+            PatternEvent(
+                pattern=target,
+                kind=PatternEvent.Kind.MERGED,
+                detail=f"Absorbed #{source.pk} ({moved} dead letters): {detail}",
+                actor=user,
+                created_at=now,
+            ),
+        ]
+    )
+    return moved
+
+
+def merge_patterns(
+    *,
+    target: FailurePattern,
+    actor: Actor,
+    sources: Sequence[FailurePattern] = (),
+    source: FailurePattern | None = None,
+    now: dt.datetime | None = None,
+) -> int:
+    """Merge one pattern (`source`) or several (`sources`) into `target`. Their dead letters, counters and
+    fingerprints move to the target, and new arrivals with their fingerprints are filed there from now on.
+    Returns the number of dead letters moved."""
+    chosen = list(sources) + ([source] if source is not None else [])
+    source_ids = sorted({pattern.pk for pattern in chosen})
+    if not source_ids:
+        raise PatternError("Choose at least one pattern to merge.")
+    if target.pk in source_ids:
+        raise PatternError(f"Pattern #{target.pk} cannot be merged into itself.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        lock_fingerprints(pattern_ids=[*source_ids, target.pk])
+        locked = {
+            pattern.pk: pattern
+            for pattern in FailurePattern.objects.select_for_update()
+            .filter(pk__in=[*source_ids, target.pk])
+            .order_by("pk")
+        }
+        missing = [pk for pk in [*source_ids, target.pk] if pk not in locked]
+        if missing:
+            raise PatternError(f"Pattern #{missing[0]} does not exist.")
+        for pk in [*source_ids, target.pk]:
+            if locked[pk].merged_into_id is not None:
+                raise PatternError(f"Pattern #{pk} was already merged into #{locked[pk].merged_into_id}.")
+        moved = 0
+        for pk in source_ids:
+            moved += absorb_pattern(
+                source=locked[pk], target=locked[target.pk], actor=actor, now=now, detail="merged by an operator"
+            )
+        record_audit(
+            actor=actor,
+            action="pattern.merge",
+            target=f"pattern #{target.pk}",
+            count=moved,
+            detail="merged " + ", ".join(f"#{pk}" for pk in source_ids) + f" into #{target.pk}",
+        )
+    target.refresh_from_db()
+    return moved
+
+
+# Rules and splits -----------------------------------------------------------------------------------------------
+
+
+def _validate_rule(*, name: str, regex: str, header: str) -> None:
+    if not name.strip():
+        raise PatternError("Give the rule a name; it becomes the template of its pattern.")
+    if not regex and not header.strip():
+        raise PatternError("A rule needs a regular expression, a header, or both.")
+    if regex:
+        try:
+            re.compile(regex)
+        except re.error as problem:
+            raise PatternError(f"The regular expression does not compile: {problem}.") from None
+
+
+def ensure_rule_pattern(
+    *, rule: FingerprintRule, now: dt.datetime, error_type: str = "", reason: str = FailureReason.UNKNOWN
+) -> FailurePattern:
+    """The pattern a rule files dead letters under, and the fingerprint row that points there (created once)."""
+    pattern = rule.pattern
+    if pattern is None:
+        pattern, _ = FailurePattern.objects.get_or_create(
+            key=rule.fingerprint_key,
+            defaults={
+                "template": rule.name,
+                "error_type": error_type,
+                "failure_reason": reason,
+                "origin": PatternOrigin.RULE,
+                "first_seen_at": now,
+                "last_seen_at": now,
+                "status_changed_at": now,
+            },
+        )
+        rule.pattern = pattern
+        FingerprintRule.objects.filter(pk=rule.pk).update(pattern=pattern)
+        PatternEvent.objects.create(
+            pattern=pattern, kind=PatternEvent.Kind.CREATED, detail=f"Created for rule #{rule.pk}", created_at=now
+        )
+    final = pattern
+    while final.merged_into_id is not None:
+        final = FailurePattern.objects.get(pk=final.merged_into_id)
+    Fingerprint.objects.get_or_create(
+        key=rule.fingerprint_key,
+        defaults={
+            "kind": FingerprintKind.RULE,
+            "template": rule.name,
+            "pattern": final,
+            "auto_pattern": pattern,
+            "created_at": now,
+        },
+    )
+    return pattern
+
+
+def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.datetime | None = None) -> FingerprintRule:
+    """Create or change a custom fingerprint rule. It applies to dead letters that arrive from now on (in every
+    consumer, from its next batch); dead letters already stored stay where they are."""
+    _validate_rule(name=rule.name, regex=rule.regex, header=rule.header)
+    now = now or timezone.now()
+    creating = rule.pk is None
+    with transaction.atomic():
+        if creating and rule.created_by_id is None:
+            rule.created_by = _user(actor)
+        rule.updated_at = now
+        rule.save()
+        pattern = ensure_rule_pattern(rule=rule, now=now)
+        if pattern.template != rule.name:
+            FailurePattern.objects.filter(pk=pattern.pk).update(template=rule.name)
+            Fingerprint.objects.filter(key=rule.fingerprint_key).update(template=rule.name)
+        where = f" (header {rule.header})" if rule.header else ""
+        record_audit(
+            actor=actor,
+            action="fingerprint_rule.create" if creating else "fingerprint_rule.update",
+            target=f"rule #{rule.pk}",
+            detail=f"{rule.name}: /{rule.regex}/{where}" + ("" if rule.enabled else " (disabled)"),
+        )
+    return rule
+
+
+def delete_fingerprint_rule(*, rule: FingerprintRule, actor: Actor) -> None:
+    """Remove a rule. Dead letters it already filed stay in its pattern; new ones are grouped as usual."""
+    with transaction.atomic():
+        pk, name = rule.pk, rule.name
+        rule.delete()
+        record_audit(actor=actor, action="fingerprint_rule.delete", target=f"rule #{pk}", detail=name)
+
+
+def split_pattern(
+    *,
+    pattern: FailurePattern,
+    name: str,
+    actor: Actor,
+    regex: str = "",
+    header: str = "",
+    now: dt.datetime | None = None,
+) -> FailurePattern:
+    """Split the dead letters of `pattern` that match a rule (a regular expression on the error text, and/or a
+    header) into a new pattern named `name`. The rule is kept, scoped to the pattern, so later arrivals that
+    match are split off too. Returns the new pattern."""
+    from dlqconsole.deadletters.grouping.rules import compile_rule, matches
+
+    _validate_rule(name=name, regex=regex, header=header)
+    now = now or timezone.now()
+    with transaction.atomic():
+        lock_fingerprints(pattern_ids=[pattern.pk])
+        locked = _active(pattern)
+        rule = FingerprintRule.objects.create(
+            name=name.strip(),
+            regex=regex,
+            header=header.strip(),
+            scope=locked,
+            position=0,
+            created_by=_user(actor),
+            created_at=now,
+            updated_at=now,
+        )
+        part = ensure_rule_pattern(rule=rule, now=now, error_type=locked.error_type, reason=locked.failure_reason)
+        part.transient = locked.transient
+        part.save(update_fields=["transient"])
+        compiled = compile_rule(rule)
+        matching = [
+            pk
+            for pk, error_type, message, headers in DeadLetter.objects.filter(pattern_id=locked.pk)
+            .order_by("pk")
+            .values_list("pk", "error_type", "error_message", "headers")
+            .iterator(chunk_size=2000)
+            if matches(compiled, error_type=error_type, message=message, headers=headers)
+        ]
+        moved, earliest, latest = move_dead_letters(
+            source_id=locked.pk, target_id=part.pk, ids=matching, new_fingerprint=rule.fingerprint_key
+        )
+        part = FailurePattern.objects.select_for_update().get(pk=part.pk)
+        part.total_count += moved
+        part.first_seen_at = earliest or now
+        part.last_seen_at = latest or now
+        part.save(update_fields=["total_count", "first_seen_at", "last_seen_at"])
+        locked.total_count = max(0, locked.total_count - moved)
+        locked.save(update_fields=["total_count"])
+        how = f"/{regex}/" + (f" in header {header}" if header else "")
+        user = _user(actor)
+        PatternEvent.objects.bulk_create(
+            [
+                PatternEvent(
+                    pattern=locked,
+                    kind=PatternEvent.Kind.SPLIT,
+                    detail=f"{moved} dead letters matching {how} split into #{part.pk} ({name})",
+                    actor=user,
+                    created_at=now,
+                ),
+                PatternEvent(
+                    pattern=part,
+                    kind=PatternEvent.Kind.SPLIT,
+                    detail=f"Split from #{locked.pk} by {how}: {moved} dead letters",
+                    actor=user,
+                    created_at=now,
+                ),
+            ]
+        )
+        record_audit(
+            actor=actor,
+            action="pattern.split",
+            target=f"pattern #{locked.pk}",
+            count=moved,
+            detail=f"{how} -> #{part.pk} {name}",
+        )
+    return part
+
+
+def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "", limit: int = 10000) -> int:
+    """How many of the pattern's dead letters (among the newest `limit`) a split rule would take: for a page
+    that shows the effect before the operator confirms."""
+    from dlqconsole.deadletters.grouping.rules import compile_rule, matches
+
+    _validate_rule(name="preview", regex=regex, header=header)
+    compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
+    rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:limit]
+    return sum(
+        1
+        for error_type, message, headers in rows.values_list("error_type", "error_message", "headers")
+        if matches(compiled, error_type=error_type, message=message, headers=headers)
+    )

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from dlqconsole.deadletters.grouping import assign_patterns
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    DeadLetterCount,
+    FailurePattern,
+    Fingerprint,
+    PatternEvent,
+    PatternOrigin,
+    PatternStatus,
+)
+from dlqconsole.deadletters.services import merge_patterns, set_pattern_status
+from tests.deadletters.conftest import Ingest, assert_counts_exact, make_letter, patterns_by_message
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def test_user_names_in_separate_batches_end_in_one_pattern(ingest: Ingest) -> None:
+    first = ingest("user alice not found", "user alice not found")
+    ingest("user bob not found")
+
+    pattern = FailurePattern.objects.active().get()
+    assert pattern.template == "user <*> not found"
+    assert pattern.origin == PatternOrigin.MINED
+    assert pattern.total_count == 3
+    assert set(DeadLetter.objects.values_list("pattern_id", flat=True)) == {pattern.pk}
+    absorbed = FailurePattern.objects.get(pk=first[0].pattern_id)
+    assert absorbed.merged_into_id == pattern.pk
+    assert absorbed.template == "user alice not found"
+    assert pattern.events.filter(kind=PatternEvent.Kind.MERGED).exists()
+    assert_counts_exact()
+
+
+def test_a_generalised_pattern_keeps_the_triage_of_the_pattern_it_absorbed(ingest: Ingest, operator) -> None:  # type: ignore[no-untyped-def]
+    first = ingest("user alice not found")
+    set_pattern_status(pattern=first[0].pattern, status=PatternStatus.ACKNOWLEDGED, actor=operator)
+
+    ingest("user bob not found")
+
+    pattern = FailurePattern.objects.active().get()
+    assert pattern.template == "user <*> not found"
+    assert pattern.status == PatternStatus.ACKNOWLEDGED
+
+
+def test_new_arrivals_of_a_known_template_go_straight_to_its_pattern(
+    ingest: Ingest,
+    django_assert_max_num_queries,  # type: ignore[no-untyped-def]
+) -> None:
+    ingest("user alice not found", "user bob not found", "user carol not found")
+    pattern = FailurePattern.objects.active().get()
+    letters = [make_letter(f"user {name} not found") for name in ["alice", "bob", "carol"] * 50]
+
+    with django_assert_max_num_queries(4):
+        filing = assign_patterns(letters=letters, now=timezone.now())
+
+    assert set(filing.values()) == {pattern.pk}
+
+
+def test_a_new_user_name_joins_the_generalised_pattern_without_a_new_pattern(ingest: Ingest) -> None:
+    ingest("user alice not found", "user bob not found")
+    pattern = FailurePattern.objects.active().get()
+
+    rows = ingest("user zoe not found")
+
+    assert rows[0].pattern_id == pattern.pk
+    # Both names came in one batch, so only the generalised pattern was ever created.
+    assert FailurePattern.objects.count() == 1
+    assert Fingerprint.objects.filter(pattern=pattern).count() == 3
+
+
+def test_look_alike_causes_with_different_fixed_words_stay_apart(ingest: Ingest) -> None:
+    rows = ingest(
+        "publish rejected: queue orders-eu full",
+        "publish rejected: queue orders-us full",
+        "publish rejected: queue orders-eu paused",
+        "publish rejected: queue billing paused",
+    )
+
+    assert patterns_by_message(rows) == {
+        "publish rejected: queue orders-eu full": "publish rejected: queue <*> full",
+        "publish rejected: queue orders-us full": "publish rejected: queue <*> full",
+        "publish rejected: queue orders-eu paused": "publish rejected: queue <*> paused",
+        "publish rejected: queue billing paused": "publish rejected: queue <*> paused",
+    }
+
+
+def test_error_type_and_reason_separate_otherwise_equal_templates(ingest: Ingest) -> None:
+    rows = ingest(
+        {"message": "user alice not found", "error_type": "UserNotFound"},
+        {"message": "user bob not found", "error_type": "CustomerNotFound"},
+    )
+
+    assert rows[0].pattern_id != rows[1].pattern_id
+
+
+def test_same_stack_trace_signature_is_one_pattern_whatever_the_message(ingest: Ingest) -> None:
+    trace = """Traceback (most recent call last):
+  File "/app/orders/tasks.py", line 88, in apply_promotions
+    total = pricing.apply_discount(order, code)
+  File "/app/orders/pricing.py", line 41, in apply_discount
+    rate = DISCOUNTS[code]
+KeyError: '{code}'"""
+    rows = ingest(
+        *[
+            {"message": f"'{code}'", "error_type": "KeyError", "stack_trace": trace.format(code=code)}
+            for code in ["SPRING", "XMAS", "BLACKFRIDAY"]
+        ]
+    )
+
+    assert len({row.pattern_id for row in rows}) == 1
+    pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
+    assert pattern.origin == PatternOrigin.TRACE
+    assert pattern.template == "KeyError in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
+
+
+def test_an_operator_merge_sticks_when_the_merged_pattern_later_generalises(ingest: Ingest, operator) -> None:  # type: ignore[no-untyped-def]
+    alice = ingest("user alice not found")[0]
+    timeout = ingest("payment gateway timed out after 30000ms")[0]
+    merge_patterns(sources=[alice.pattern], target=timeout.pattern, actor=operator)
+
+    rows = ingest("user bob not found")
+
+    assert rows[0].pattern_id == timeout.pattern_id
+    assert set(DeadLetter.objects.values_list("pattern_id", flat=True)) == {timeout.pattern_id}
+    assert_counts_exact()
+
+
+def test_grouping_is_the_same_whatever_order_the_messages_arrive_in(ingest: Ingest) -> None:
+    messages = [
+        "user alice not found",
+        "Inventory reservation failed for SKU-10001: requested 3, available 0",
+        "user bob not found",
+        "publish rejected: queue orders-eu full",
+        "Inventory reservation failed for SKU-10002: requested 1, available 0",
+        "publish rejected: queue billing full",
+        "user carol not found",
+        "publish rejected: queue orders-eu paused",
+    ]
+
+    def run(order: list[str], batch: int) -> dict[str, tuple[str, str]]:
+        for start in range(0, len(order), batch):
+            ingest(*order[start : start + batch])
+        patterns = {pattern.pk: (pattern.key, pattern.template) for pattern in FailurePattern.objects.all()}
+        result = {row.error_message: patterns[row.pattern_id] for row in DeadLetter.objects.all()}
+        DeadLetterCount.objects.all().delete()
+        DeadLetter.objects.all().delete()
+        Fingerprint.objects.all().delete()
+        FailurePattern.objects.update(merged_into=None)
+        FailurePattern.objects.all().delete()
+        return result
+
+    one_batch = run(messages, batch=len(messages))
+    one_by_one = run(messages, batch=1)
+    reversed_pairs = run(list(reversed(messages)), batch=2)
+
+    assert one_batch == one_by_one == reversed_pairs
+    assert len(set(one_batch.values())) == 4
