@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Sum
 from django.urls import NoReverseMatch, reverse
 
@@ -88,7 +89,8 @@ class Facts:
         self.open_subjects = open_subjects or {}
         self.totals: dict[str, tuple[int, str]] = {}
         self._pattern_cache: dict[int, PatternFacts | None] = {}
-        self._parked_cache: dict[tuple[int, str], int] = {}
+        self._parked_cache: dict[int, dict[str, int]] = {}
+        self._candidates: dict[tuple[str, dt.datetime], set[int]] = {}
         self._oldest_cache: dict[str, dt.datetime | None] = {}
         self._baseline_cache: dict[tuple[str, int], int | None] = {}
 
@@ -122,17 +124,25 @@ class Facts:
         return dict(stored)
 
     def parked_of_patterns(self, pattern_ids: Iterable[int], *, queue: str = "") -> dict[int, int]:
-        wanted = [pk for pk in set(pattern_ids) if (pk, queue) not in self._parked_cache]
+        """Parked dead letters of each pattern, in the given queue scope ("" for every queue)."""
+        ids = set(pattern_ids)
+        wanted = [pk for pk in ids if pk not in self._parked_cache]
         if wanted:
-            found = dict.fromkeys(wanted, 0)
-            rows = DeadLetterCount.objects.filter(pattern_id__in=wanted, status=DeadLetterStatus.PARKED)
-            if queue:
-                rows = rows.filter(source_queue__in=self.queue_names(queue))
-            for pattern_id, total in rows.values_list("pattern_id").annotate(total=Sum("count")):
-                found[pattern_id] = int(total or 0)
-            for pk, count in found.items():
-                self._parked_cache[(pk, queue)] = count
-        return {pk: self._parked_cache[(pk, queue)] for pk in set(pattern_ids)}
+            for pk in wanted:
+                self._parked_cache[pk] = {}
+            rows = (
+                DeadLetterCount.objects.filter(pattern_id__in=wanted, status=DeadLetterStatus.PARKED, count__gt=0)
+                .values_list("pattern_id", "source_queue")
+                .annotate(total=Sum("count"))
+                .order_by()
+            )
+            for pattern_id, source_queue, total in rows:
+                self._parked_cache[pattern_id][source_queue] = int(total or 0)
+        names = self.queue_names(queue) if queue else None
+        return {
+            pk: sum(count for name, count in self._parked_cache[pk].items() if names is None or name in names)
+            for pk in ids
+        }
 
     def patterns(self, pattern_ids: Iterable[int]) -> dict[int, PatternFacts]:
         wanted = [pk for pk in set(pattern_ids) if pk not in self._pattern_cache]
@@ -202,39 +212,109 @@ class Facts:
     def record_total(self, subject: str, total: int, *, basis: str = "") -> None:
         self.totals[subject] = (total, basis)
 
-    def total_before(self, subject: str, window_seconds: int, *, basis: str = "") -> int | None:
-        """The running total recorded a window ago, or the oldest one within the window while the history is
-        shorter than the window (None when there is none at all)."""
-        key = (subject, window_seconds)
-        if key not in self._baseline_cache:
+    def totals_before(self, subjects: list[str], window_seconds: int, *, basis: str = "") -> dict[str, int | None]:
+        """For each subject, the running total recorded a window ago, or the oldest one within the window while
+        the history is shorter than the window (None when there is none at all). One statement for all subjects
+        not asked for yet: two scalar subqueries per subject, each one step on the (subject, -sampled_at) index."""
+        wanted = [subject for subject in subjects if (subject, window_seconds) not in self._baseline_cache]
+        if wanted:
             cutoff = self.now - dt.timedelta(seconds=window_seconds)
-            samples = GrowthSample.objects.filter(subject=subject, basis=basis)
-            total = (
-                samples.filter(sampled_at__lte=cutoff).order_by("-sampled_at").values_list("total", flat=True).first()
-            )
-            if total is None:
-                total = (
-                    samples.filter(sampled_at__gt=cutoff, sampled_at__lt=self.now)
-                    .order_by("sampled_at")
-                    .values_list("total", flat=True)
-                    .first()
-                )
-            self._baseline_cache[key] = total
-        return self._baseline_cache[key]
+            table = GrowthSample._meta.db_table
+            probe = (
+                f"SELECT %s, COALESCE((SELECT total FROM {table} WHERE subject = %s AND basis = %s AND "
+                "sampled_at <= %s ORDER BY sampled_at DESC LIMIT 1), (SELECT total FROM {table} WHERE subject = %s "
+                "AND basis = %s AND sampled_at > %s AND sampled_at < %s ORDER BY sampled_at LIMIT 1))"
+            ).replace("{table}", table)
+            field = GrowthSample._meta.get_field("sampled_at")
+            cutoff_value = field.get_db_prep_value(cutoff, connection)
+            now_value = field.get_db_prep_value(self.now, connection)
+            params: list[Any] = []
+            for subject in wanted:
+                params += [subject, subject, basis, cutoff_value, subject, basis, cutoff_value, now_value]
+            with connection.cursor() as cursor:
+                cursor.execute(" UNION ALL ".join([probe] * len(wanted)), params)
+                for subject, total in cursor.fetchall():
+                    self._baseline_cache[(subject, window_seconds)] = None if total is None else int(total)
+        return {subject: self._baseline_cache[(subject, window_seconds)] for subject in subjects}
 
     # Oldest parked dead letter -------------------------------------------------------------------------------
 
     def oldest_parked(self, *, queue: str = "", pattern_id: int | None = None) -> dt.datetime | None:
-        key = f"pattern:{pattern_id}" if pattern_id is not None else f"queue:{queue}"
-        if key not in self._oldest_cache:
-            rows = DeadLetter.objects.parked()
-            # Walks the (queue or pattern, status, -id) index from its oldest end and stops at the first row.
-            if pattern_id is not None:
-                rows = rows.filter(pattern_id=pattern_id)
-            else:
-                rows = rows.in_queue(queue).exclude(pattern__status=PatternStatus.IGNORED)
-            self._oldest_cache[key] = rows.order_by("id").values_list("ingested_at", flat=True).first()
-        return self._oldest_cache[key]
+        if pattern_id is not None:
+            key = f"pattern:{pattern_id}"
+            if key not in self._oldest_cache:
+                # Walks the (pattern, status, -id) index from its oldest end and stops at the first row.
+                self._oldest_cache[key] = (
+                    DeadLetter.objects.parked()
+                    .filter(pattern_id=pattern_id)
+                    .order_by("id")
+                    .values_list("ingested_at", flat=True)
+                    .first()
+                )
+            return self._oldest_cache[key]
+        return self.oldest_parked_by_queue.get(queue)
+
+    @cached_property
+    def oldest_parked_by_queue(self) -> dict[str, dt.datetime | None]:
+        """The oldest parked dead letter (ignored patterns left out) of every queue with parked ones, in one
+        statement: a scalar subquery per queue, each walking the (queue, status, -id) index from its oldest end
+        until it meets a pattern that is not ignored."""
+        queues = sorted(self.parked_by_queue)
+        if not queues:
+            return {}
+        letters = DeadLetter._meta.db_table
+        patterns = FailurePattern._meta.db_table
+        probe = (
+            f"SELECT %s, (SELECT d.ingested_at FROM {letters} d JOIN {patterns} p ON p.id = d.pattern_id "
+            "WHERE d.source_queue = %s AND d.status = %s AND p.status <> %s ORDER BY d.id LIMIT 1)"
+        )
+        sql = " UNION ALL ".join([probe] * len(queues))
+        params: list[Any] = []
+        for name in queues:
+            params += [name, name, DeadLetterStatus.PARKED, PatternStatus.IGNORED]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        # Raw rows skip the ORM: let the backend turn its value into an aware datetime (SQLite returns text).
+        column = DeadLetter._meta.get_field("ingested_at").get_col(letters)
+        converters = connection.ops.get_db_converters(column)
+        found: dict[str, dt.datetime | None] = {}
+        for name, moment in rows:
+            for converter in converters:
+                moment = converter(moment, column, connection)
+            found[name] = moment
+        return found
+
+    # Candidates shared by rules with the same window ----------------------------------------------------------
+
+    def new_pattern_ids(self, since: dt.datetime) -> set[int]:
+        key = ("new", since)
+        if key not in self._candidates:
+            self._candidates[key] = set(
+                FailurePattern.objects.active()
+                .filter(status=PatternStatus.OPEN, last_seen_at__gte=since, first_seen_at__gte=since)
+                .values_list("pk", flat=True)
+            )
+        return self._candidates[key]
+
+    def reopened_pattern_ids(self, since: dt.datetime) -> set[int]:
+        key = ("reopened", since)
+        if key not in self._candidates:
+            self._candidates[key] = set(
+                PatternEvent.objects.filter(kind=PatternEvent.Kind.REOPENED, created_at__gte=since).values_list(
+                    "pattern_id", flat=True
+                )
+            )
+        return self._candidates[key]
+
+    @cached_property
+    def paused_operations(self) -> list[Any]:
+        """Operations that paused themselves. A person who pauses one knows it already; the operations services
+        write "paused by <name>" for those, and they do not alert."""
+        from dlqconsole.operations.models import Operation, OperationStatus
+
+        paused = Operation.objects.filter(status=OperationStatus.PAUSED).exclude(pause_reason__startswith="paused by ")
+        return list(paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"))
 
 
 # Rule kinds ----------------------------------------------------------------------------------------------------
@@ -307,9 +387,14 @@ def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
                 total = facts.stored_by_queue.get(queue, 0) + facts.broker_depth(queue)
                 totals[queue_subject(queue)] = (queue, total, facts.ignored_basis, _queue_link(queue))
     result = RuleResult()
+    bases = {basis for _label, _total, basis, _link in totals.values()}
+    before_of: dict[str, int | None] = {}
+    for basis in bases:
+        same = [subject for subject, values in totals.items() if values[2] == basis]
+        before_of.update(facts.totals_before(same, window, basis=basis))
     for subject, (label, total, basis, link) in totals.items():
         facts.record_total(subject, total, basis=basis)
-        before = facts.total_before(subject, window, basis=basis)
+        before = before_of[subject]
         if before is None:
             result.unknown.add(subject)
             continue
@@ -361,12 +446,7 @@ def _open_pattern_ids(rule: AlertRule, facts: Facts) -> set[int]:
 def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
     """A pattern first seen within the window, still open (not triaged) and with dead letters parked."""
     since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
-    candidates = set(
-        FailurePattern.objects.active()
-        .filter(status=PatternStatus.OPEN, last_seen_at__gte=since, first_seen_at__gte=since)
-        .values_list("pk", flat=True)
-    )
-    ids = candidates | _open_pattern_ids(rule, facts)
+    ids = facts.new_pattern_ids(since) | _open_pattern_ids(rule, facts)
     patterns = facts.patterns(ids)
     parked = facts.parked_of_patterns(ids, queue=rule.queue)
     result = RuleResult()
@@ -387,12 +467,7 @@ def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
 def pattern_reopened(rule: AlertRule, facts: Facts) -> RuleResult:
     """A resolved pattern that came back within the window, until someone triages it again."""
     since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
-    candidates = set(
-        PatternEvent.objects.filter(kind=PatternEvent.Kind.REOPENED, created_at__gte=since).values_list(
-            "pattern_id", flat=True
-        )
-    )
-    ids = candidates | _open_pattern_ids(rule, facts)
+    ids = facts.reopened_pattern_ids(since) | _open_pattern_ids(rule, facts)
     patterns = facts.patterns(ids)
     parked = facts.parked_of_patterns(ids, queue=rule.queue) if rule.queue else {}
     result = RuleResult()
@@ -447,16 +522,9 @@ def _age(seconds: float) -> str:
 
 
 def operation_paused(rule: AlertRule, facts: Facts) -> RuleResult:
-    """An operation that paused itself: canary judged bad, too many boomerangs, circuit breaker, an error.
-
-    A person who pauses an operation knows it already; the operations services write "paused by <name>" for
-    those, and they do not alert.
-    """
-    from dlqconsole.operations.models import Operation, OperationStatus
-
+    """An operation that paused itself: canary judged bad, too many boomerangs, circuit breaker, an error."""
     result = RuleResult()
-    paused = Operation.objects.filter(status=OperationStatus.PAUSED).exclude(pause_reason__startswith="paused by ")
-    for operation in paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"):
+    for operation in facts.paused_operations:
         queues = (operation.filter or {}).get("queue") if isinstance(operation.filter, dict) else None
         names = [str(name) for name in queues] if isinstance(queues, list) else []
         if rule.queue and names and not any(facts.in_scope(rule, name) for name in names):

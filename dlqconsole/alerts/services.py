@@ -48,6 +48,19 @@ QUEUED_LEASE = dt.timedelta(seconds=60)
 SENDING_STALE_AFTER = dt.timedelta(seconds=120)
 # Growth samples older than the longest window (and at least this) are deleted.
 MIN_GROWTH_RETENTION = dt.timedelta(hours=1)
+# The alert fields the evaluation tick writes (never acknowledged_* or silenced_until: those are people's).
+TICK_FIELDS = [
+    "status",
+    "value",
+    "summary",
+    "subject_label",
+    "link",
+    "fired_at",
+    "resolved_at",
+    "last_notified_at",
+    "next_notify_at",
+    "notified_count",
+]
 # The rule fields that change what an alert means; editing them closes the rule's open alerts.
 CONDITION_FIELDS = ("kind", "queue", "pattern_id", "threshold", "window_seconds", "severity")
 
@@ -86,7 +99,9 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
         open_alerts: dict[int, dict[str, Alert]] = defaultdict(dict)
         orphans: list[Alert] = []
         enabled_ids = {rule.pk for rule in rules}
-        for alert in Alert.objects.open():
+        # Locked until the tick commits, so an acknowledgement or silence made meanwhile waits and is not
+        # overwritten by this tick's update.
+        for alert in Alert.objects.open().select_for_update():
             if alert.rule_id in enabled_ids:
                 open_alerts[alert.rule_id][alert.subject] = alert
             else:
@@ -94,6 +109,7 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
         facts = conditions.Facts(
             now=now, open_subjects={rule_id: set(alerts) for rule_id, alerts in open_alerts.items()}
         )
+        changed: dict[int, Alert] = {}
         for rule in rules:
             try:
                 outcome = conditions.evaluate(rule, facts)
@@ -101,7 +117,9 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
                 # A rule that cannot be evaluated (bad data, a bug) must not stop the others from alerting.
                 logger.exception("alert rule %s (%s) could not be evaluated", rule.pk, rule.kind)
                 continue
-            _apply(rule, outcome, open_alerts[rule.pk], now=now, result=result)
+            _apply(rule, outcome, open_alerts[rule.pk], now=now, result=result, changed=changed)
+        for alert in changed.values():
+            Alert.objects.filter(pk=alert.pk).update(**{name: getattr(alert, name) for name in TICK_FIELDS})
         for alert in orphans:
             # The rule was disabled: its alerts end without a notice, nobody asked to hear about them any more.
             _resolve_quietly(alert, now=now)
@@ -134,6 +152,7 @@ def _apply(
     *,
     now: dt.datetime,
     result: TickResult,
+    changed: dict[int, Alert],
 ) -> None:
     for subject, observation in outcome.holding.items():
         alert = open_alerts.get(subject)
@@ -154,18 +173,17 @@ def _apply(
                 result.fired += 1
             alert.save()
         else:
-            changed = _observe(alert, observation)
+            if _observe(alert, observation):
+                changed[alert.pk] = alert
             if alert.status == AlertStatus.PENDING and now - alert.started_at >= dt.timedelta(seconds=rule.for_seconds):
                 _fire(alert, rule=rule, now=now)
                 result.fired += 1
-                changed = True
-            if changed:
-                alert.save()
+                changed[alert.pk] = alert
         if _notice_due(alert, rule=rule, now=now):
             kind = NotificationKind.FIRING if alert.notified_count == 0 else NotificationKind.REMINDER
             result.notifications += _announce(alert, rule=rule, kind=kind, now=now)
             alert.next_notify_at = now + dt.timedelta(seconds=rule.reminder_seconds) if rule.reminder_seconds else None
-            alert.save(update_fields=["last_notified_at", "notified_count", "next_notify_at"])
+            changed[alert.pk] = alert
     for subject, alert in open_alerts.items():
         if subject in outcome.holding or subject in outcome.unknown:
             continue
@@ -178,22 +196,23 @@ def _apply(
         result.resolved += 1
         if alert.notified_count > 0 and not (alert.is_silenced(now) or rule.is_silenced(now)):
             result.notifications += _announce(alert, rule=rule, kind=NotificationKind.RESOLVED, now=now)
-        alert.save()
+        changed[alert.pk] = alert
 
 
 def _observe(alert: Alert, observation: conditions.Observation) -> bool:
+    """Take in the latest numbers; True when the alert reads differently. The value alone (an age that grows
+    every second) is not worth a write on every tick: it is stored whenever the summary changes."""
     fresh = {
-        "value": observation.value,
         "summary": observation.summary,
         "subject_label": observation.label[:300],
         "link": observation.link[:500],
     }
-    changed = False
+    if all(getattr(alert, name) == value for name, value in fresh.items()):
+        return False
     for name, value in fresh.items():
-        if getattr(alert, name) != value:
-            setattr(alert, name, value)
-            changed = True
-    return changed
+        setattr(alert, name, value)
+    alert.value = observation.value
+    return True
 
 
 def _fire(alert: Alert, *, rule: AlertRule, now: dt.datetime) -> None:
