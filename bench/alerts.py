@@ -123,7 +123,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         },
         f"generate_series(1, {PATTERNS}) AS g",
     )
-    first_pattern = FailurePattern.objects.order_by("id").values_list("id", flat=True).first()
+    first_pattern = FailurePattern.objects.order_by("id").values_list("id", flat=True)[0]
     # Dead letters: ids rise with ingest time over 30 days; the 10 new patterns only in the last 20 minutes.
     insert_select(
         DeadLetter,
@@ -269,7 +269,7 @@ def _rules(first_pattern: int) -> list[Any]:
     AlertRule.objects.all().delete()
     specs: list[dict[str, Any]] = []
     for number in range(10):
-        scope = {"queue": f"q{number}.dlq"} if number % 3 == 1 else {}
+        scope: dict[str, Any] = {"queue": f"q{number}.dlq"} if number % 3 == 1 else {}
         if number % 3 == 2:
             scope = {"pattern_id": first_pattern + 11 + number}
         specs.append({"kind": "dlq_not_empty", "threshold": number * 1000, **scope})
