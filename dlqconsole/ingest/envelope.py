@@ -194,9 +194,9 @@ def _identity_hash(source_queue: str, properties_json: str, headers_json: str, b
     return digest.hexdigest()
 
 
-def _dumps(value: Any) -> str:
-    # Sorted keys: the text is part of the dedupe key, so it must not depend on the order headers came in.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+# Sorted keys: the text is part of the dedupe key, so it must not depend on the order headers came in. One
+# encoder for all calls (json.dumps with options builds a new one each time).
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 
 
 def _guard(parsed: ParsedDeadLetter, what: str, step: Any, *args: Any) -> None:
@@ -412,22 +412,25 @@ def _read_error_headers(parsed: ParsedDeadLetter, headers: dict[str, Any]) -> No
             tuple(settings.DLQ_VERSION_HEADERS),
         )
     )
-    candidates: dict[str, list[tuple[int, Any]]] = {}
+    found: dict[str, tuple[int, Any]] = {}
     for name, value in headers.items():
         slot = index.get(name)
-        if slot is not None and value is not None:
-            candidates.setdefault(slot[0], []).append((slot[1], value))
-    for field_name, found in candidates.items():
+        # An empty value does not hide a less preferred header that has text.
+        if slot is None or value is None or value == "" or value == b"":
+            continue
+        field_name, rank = slot
+        previous = found.get(field_name)
+        if previous is None or rank < previous[0]:
+            found[field_name] = (rank, value)
+    for field_name, (_, value) in found.items():
         limit = TEXT_LIMITS[field_name]
-        for _, value in sorted(found, key=lambda pair: pair[0]):
-            text = value[:limit] if type(value) is str else jsonsafe.to_text(value, limit=limit)
-            if text:
-                if field_name in ("error_message", "stack_trace"):
-                    text = text.replace("\x00", "\ufffd")
-                else:
-                    text = _column(parsed, field_name.replace("_", " "), text, limit=limit)
-                setattr(parsed, field_name, text)
-                break
+        text = value[:limit] if type(value) is str else jsonsafe.to_text(value, limit=limit)
+        if field_name == "error_message" or field_name == "stack_trace":
+            if "\x00" in text:
+                text = text.replace("\x00", "\ufffd")
+        else:
+            text = _column(parsed, field_name.replace("_", " "), text, limit=limit)
+        setattr(parsed, field_name, text)
     if not parsed.error_type and parsed.error_message:
         # "ValueError: bad id 42" carries its type in front of the message, as Python and Java print them.
         head, separator, rest = parsed.error_message.partition(": ")

@@ -145,7 +145,7 @@ def _row(
         json.dumps(letter.x_death),
         letter.body,
         len(letter.body),
-        json.dumps(letter.parse_errors),
+        json.dumps(letter.parse_errors) if letter.parse_errors else "[]",
         letter.fingerprint,
         pattern_ids[letter.fingerprint],
         DeadLetterStatus.PARKED.value,
@@ -258,20 +258,28 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
         [(queue, pattern_id, reason, DeadLetterStatus.PARKED, n) for (queue, pattern_id, reason), n in cells.items()]
     )
     ids = sorted(per_pattern)
-    # Lock the patterns in id order first: the UPDATE below would lock them in whatever order its plan reads.
-    statuses = dict(
-        FailurePattern.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", "status")
-    )
     table = FailurePattern._meta.db_table
     with connection.cursor() as cursor:
-        for start in range(0, len(ids), ROWS_PER_STATEMENT):
-            chunk = ids[start : start + ROWS_PER_STATEMENT]
-            cases = " ".join(["WHEN %s THEN %s"] * len(chunk))
+        if connection.vendor == "postgresql":
+            # Lock the patterns in id order first: the UPDATE's join would lock them in whatever order its plan
+            # reads them. Arrays keep the statements short and constant (psycopg caches their conversion).
+            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ids])
+            statuses = dict(cursor.fetchall())
             cursor.execute(
-                f"UPDATE {table} SET total_count = total_count + CASE id {cases} ELSE 0 END, last_seen_at = %s "
-                f"WHERE id IN ({', '.join(['%s'] * len(chunk))})",
-                [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
+                f"UPDATE {table} AS pattern SET total_count = pattern.total_count + arrival.n, last_seen_at = %s "
+                "FROM unnest(%s::bigint[], %s::bigint[]) AS arrival(id, n) WHERE pattern.id = arrival.id",
+                [now, ids, [per_pattern[pattern_id] for pattern_id in ids]],
             )
+        else:
+            statuses = dict(FailurePattern.objects.filter(pk__in=ids).values_list("pk", "status"))
+            for start in range(0, len(ids), ROWS_PER_STATEMENT):
+                chunk = ids[start : start + ROWS_PER_STATEMENT]
+                cases = " ".join(["WHEN %s THEN %s"] * len(chunk))
+                cursor.execute(
+                    f"UPDATE {table} SET total_count = total_count + CASE id {cases} ELSE 0 END, last_seen_at = %s "
+                    f"WHERE id IN ({', '.join(['%s'] * len(chunk))})",
+                    [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
+                )
     _reopen(sorted(pk for pk, status in statuses.items() if status == PatternStatus.RESOLVED), now=now)
 
 
@@ -310,15 +318,29 @@ def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
     for queue, pattern_id, reason, status, delta in changes:
         merged[(queue, pattern_id, str(reason), str(status))] += delta
     cells = sorted((cell, delta) for cell, delta in merged.items() if delta != 0)
+    if not cells:
+        return
     table = DeadLetterCount._meta.db_table
+    upsert = (
+        " ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
+        f"DO UPDATE SET count = {table}.count + excluded.count"
+    )
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            columns = list(zip(*[(*cell, delta) for cell, delta in cells], strict=True))
+            cursor.execute(
+                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) "
+                "SELECT * FROM unnest(%s::varchar[], %s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[]) "
+                "ORDER BY 1, 2, 3, 4" + upsert,
+                [list(column) for column in columns],
+            )
+            return
         for start in range(0, len(cells), ROWS_PER_STATEMENT):
             chunk = cells[start : start + ROWS_PER_STATEMENT]
             cursor.execute(
                 f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) VALUES "
                 + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
-                + " ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
-                f"DO UPDATE SET count = {table}.count + excluded.count",
+                + upsert,
                 [value for cell, delta in chunk for value in (*cell, delta)],
             )
 

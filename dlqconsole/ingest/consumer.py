@@ -1,0 +1,478 @@
+"""The consume_dlq loop: drain dead-letter queues into the database, acking only what is committed.
+
+A loop of small steps in the style of healthchecks' sendalerts, so tests can drive it step by step:
+
+- `connect()` opens one AMQP connection; `refresh_queues()` starts a consumer (one channel each, with its own
+  prefetch) on every queue we should drain and retries missing ones later;
+- `poll()` services the connection for a moment (heartbeats, deliveries into the buffer);
+- `flush()` parses the buffered deliveries, writes them in one transaction (`ingest_batch`) and only then
+  acks them with one `basic_ack(multiple=True)` per channel.
+
+Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
+redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the buffer is
+kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
+the database refuses for its content (a value it cannot store) is written message by message, and a message
+that still fails is stored in a reduced form with the error in its parse_errors, so one bad message neither
+blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash between commit
+and ack, several consumers on the same queues) is counted once.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import pika
+import pika.exceptions
+from django.conf import settings
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+    close_old_connections,
+)
+from django.db import connection as db_connection
+from django.utils import timezone
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+
+from dlqconsole.core.amqp import connection_parameters
+from dlqconsole.ingest.envelope import ParsedDeadLetter, install_tolerant_decoding, parse_envelope
+from dlqconsole.ingest.models import WatchedQueue
+from dlqconsole.ingest.services import IngestResult, ingest_batch
+
+log = logging.getLogger(__name__)
+
+BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
+# The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
+# Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
+# fail the same way again, so the batch is split to find and reduce the culprit.
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, InternalError, ProgrammingError)
+
+
+@dataclass
+class Delivery:
+    queue: str
+    channel: BlockingChannel
+    delivery_tag: int
+    properties: pika.BasicProperties
+    body: bytes
+    letter: ParsedDeadLetter | None = None
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with a cap: 0.5 s, 1 s, 2 s, ... up to `maximum`, reset after a success."""
+
+    first: float = 0.5
+    maximum: float = 30.0
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.maximum, self.first * 2**self.failures)
+        self.failures += 1
+        return delay
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass
+class ConsumerStats:
+    received: int = 0
+    inserted: int = 0
+    duplicates: int = 0
+    batches: int = 0
+    reduced: int = 0
+    broker_errors: int = 0
+    database_errors: int = 0
+    per_queue: Counter[str] = field(default_factory=Counter)
+
+
+class DeadLetterConsumer:
+    def __init__(
+        self,
+        *,
+        queues: list[str] | None = None,
+        batch_size: int | None = None,
+        batch_seconds: float | None = None,
+        prefetch: int | None = None,
+        exit_when_idle: float | None = None,
+        amqp_url: str | None = None,
+        refresh_seconds: float = 30.0,
+        poll_seconds: float = 0.1,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fixed_queues = [name for name in (queues or []) if name]
+        self.batch_size = batch_size or settings.DLQ_CONSUMER_BATCH_SIZE
+        self.batch_seconds = settings.DLQ_CONSUMER_BATCH_SECONDS if batch_seconds is None else batch_seconds
+        self.prefetch = prefetch or settings.DLQ_CONSUMER_PREFETCH
+        self.exit_when_idle = exit_when_idle
+        self.amqp_url = amqp_url or settings.AMQP_URL
+        self.refresh_seconds = refresh_seconds
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+
+        self.connection: BlockingConnection | None = None
+        self.channels: dict[str, BlockingChannel] = {}
+        # Channels whose consumer the broker cancelled (queue deleted): kept open until their deliveries are acked.
+        self.retired: list[BlockingChannel] = []
+        self.buffer: list[Delivery] = []
+        self.batch_started_at = 0.0
+        self.last_activity = self.clock()
+        self.next_refresh = 0.0
+        self.missing: set[str] = set()
+        self.broker_backoff = Backoff(maximum=max_backoff)
+        self.database_backoff = Backoff(maximum=max_backoff)
+        self.stats = ConsumerStats()
+        self.stopping = False
+        self._warned_no_queues = False
+
+    # The loop -----------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        install_tolerant_decoding()
+        log.info(
+            "consume_dlq starting: batch %d / %.2f s, prefetch %d", self.batch_size, self.batch_seconds, self.prefetch
+        )
+        while not self.stopping:
+            self.step()
+            if self.idle_too_long():
+                log.info("no dead letter for %.1f s; exiting", self.exit_when_idle)
+                break
+        self.shutdown()
+
+    def step(self) -> None:
+        """One round: be connected and consuming, take deliveries for a moment, write the batch when it is due."""
+        try:
+            if self.connection is None or not self.connection.is_open:
+                self.connect()
+            if self.clock() >= self.next_refresh:
+                self.refresh_queues()
+            self.poll()
+            if self.batch_due():
+                self.flush()
+        except BROKER_ERRORS as error:
+            self.on_broker_error(error)
+        except DatabaseError as error:
+            self.on_database_error(error)
+        except Exception:  # noqa: BLE001  (a bug must not turn into a crash loop that redelivers forever)
+            delay = self.database_backoff.next_delay()
+            log.exception("unexpected error; %d deliveries stay unacked; retrying in %.1f s", len(self.buffer), delay)
+            self.sleep(delay)
+
+    def stop(self) -> None:
+        """Ask the loop to finish: the current batch is written and acked, then the connection is closed."""
+        self.stopping = True
+
+    def idle_too_long(self) -> bool:
+        if self.exit_when_idle is None or self.buffer:
+            return False
+        return self.clock() - self.last_activity >= self.exit_when_idle
+
+    # Broker side ----------------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        self.drop_connection()
+        parameters = connection_parameters(self.amqp_url)
+        # Named so that an operator (or a test) can tell the consumers apart in the management UI.
+        parameters.client_properties = {
+            "connection_name": f"dlqconsole consume_dlq {socket.gethostname()}:{os.getpid()}"
+        }
+        self.connection = pika.BlockingConnection(parameters)
+        self.next_refresh = 0.0
+        if self.broker_backoff.failures:
+            log.info("connected to RabbitMQ again")
+        self.broker_backoff.reset()
+
+    def wanted_queues(self) -> list[str]:
+        """--queues, else DLQ_QUEUES, else the DLQ of every enabled WatchedQueue (re-read on each refresh, so
+        queues declared while we run are picked up)."""
+        if self.fixed_queues:
+            return self.fixed_queues
+        if settings.DLQ_QUEUES:
+            return list(settings.DLQ_QUEUES)
+        close_old_connections()
+        return list(WatchedQueue.objects.filter(enabled=True).values_list("dead_letter_queue", flat=True))
+
+    def refresh_queues(self) -> None:
+        assert self.connection is not None
+        self.next_refresh = self.clock() + self.refresh_seconds
+        wanted = self.wanted_queues()
+        if not wanted and not self._warned_no_queues:
+            log.warning("no dead-letter queues to consume: pass --queues, set DLQ_QUEUES or run declare_topology")
+        self._warned_no_queues = not wanted
+        for queue in wanted:
+            if queue not in self.channels:
+                self.start_consuming(queue)
+        for queue in [queue for queue in self.channels if queue not in wanted]:
+            log.info("queue %s is no longer watched; stopping its consumer", queue)
+            self.retired.append(self.channels.pop(queue))
+            self.retired[-1].basic_cancel(consumer_tag=f"consume_dlq:{queue}")
+
+    def start_consuming(self, queue: str) -> None:
+        assert self.connection is not None
+        channel = self.connection.channel()
+        try:
+            channel.queue_declare(queue=queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as error:
+            # Most often 404: the queue was not declared yet. Not a reason to stop draining the others.
+            if queue not in self.missing:
+                log.warning(
+                    "cannot consume %s: %s %s; retrying every %g s",
+                    queue,
+                    error.reply_code,
+                    error.reply_text,
+                    self.refresh_seconds,
+                )
+            self.missing.add(queue)
+            return
+        channel.basic_qos(prefetch_count=self.prefetch)
+        channel.add_on_cancel_callback(partial(self.on_cancelled, queue))
+        channel.basic_consume(
+            queue=queue,
+            on_message_callback=partial(self.on_message, queue),
+            consumer_tag=f"consume_dlq:{queue}",
+        )
+        self.channels[queue] = channel
+        if queue in self.missing:
+            log.info("queue %s exists now; consuming it", queue)
+            self.missing.discard(queue)
+        else:
+            log.info("consuming %s", queue)
+
+    def on_message(
+        self, queue: str, channel: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes
+    ) -> None:
+        if not self.buffer:
+            self.batch_started_at = self.clock()
+        self.buffer.append(Delivery(queue, channel, method.delivery_tag, properties, body))
+        self.last_activity = self.clock()
+
+    def on_cancelled(self, queue: str, frame: Any) -> None:
+        log.warning(
+            "RabbitMQ cancelled the consumer of %s (queue deleted?); retrying every %g s", queue, self.refresh_seconds
+        )
+        channel = self.channels.pop(queue, None)
+        if channel is not None:
+            self.retired.append(channel)
+        self.missing.add(queue)
+
+    def poll(self) -> None:
+        assert self.connection is not None
+        if self.buffer:
+            remaining = self.batch_started_at + self.batch_seconds - self.clock()
+            limit = max(0.0, min(self.poll_seconds, remaining))
+        else:
+            limit = self.poll_seconds
+        self.connection.process_data_events(time_limit=limit)
+
+    def on_broker_error(self, error: BaseException) -> None:
+        self.stats.broker_errors += 1
+        delay = self.broker_backoff.next_delay()
+        log.warning(
+            "RabbitMQ connection lost (%s: %s); %d unacked deliveries will be redelivered; reconnecting in %.1f s",
+            type(error).__name__,
+            error,
+            len(self.buffer),
+            delay,
+        )
+        self.buffer = []
+        self.drop_connection()
+        self.sleep(delay)
+
+    def drop_connection(self) -> None:
+        connection, self.connection = self.connection, None
+        self.channels = {}
+        self.retired = []
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except BROKER_ERRORS:
+                log.debug("closing a broken connection failed", exc_info=True)
+
+    # Database side ---------------------------------------------------------------------------------------------
+
+    def batch_due(self) -> bool:
+        if not self.buffer:
+            return False
+        return (
+            self.stopping
+            or len(self.buffer) >= self.batch_size
+            or self.clock() - self.batch_started_at >= self.batch_seconds
+        )
+
+    def flush(self) -> None:
+        """Write the buffered deliveries in one transaction, then ack them. Raises DatabaseError (nothing acked,
+        buffer kept) when the database is unavailable."""
+        if not self.buffer:
+            return
+        batch = self.buffer[: self.batch_size]
+        close_old_connections()
+        now = timezone.now()
+        for delivery in batch:
+            if delivery.letter is None:
+                delivery.letter = parse_envelope(
+                    source_queue=delivery.queue, body=delivery.body, properties=delivery.properties, now=now
+                )
+        letters = [delivery.letter for delivery in batch if delivery.letter is not None]
+        try:
+            result = ingest_batch(letters=letters, now=now)
+        except OUTAGE_ERRORS:
+            raise
+        except Exception as error:  # noqa: BLE001  (isolate the message that causes it)
+            log.warning("the database refused a batch of %d (%s); writing it message by message", len(batch), error)
+            result = self.flush_one_by_one(batch, now=now)
+        self.buffer = self.buffer[len(batch) :]
+        if self.buffer:
+            self.batch_started_at = self.clock()
+        self.ack(batch)
+        self.record(batch, result)
+        self.database_backoff.reset()
+        # Idle time counts from here: a slow batch is not a quiet queue.
+        self.last_activity = self.clock()
+
+    def flush_one_by_one(self, batch: list[Delivery], *, now: Any) -> IngestResult:
+        received = inserted = 0
+        for delivery in batch:
+            assert delivery.letter is not None
+            try:
+                result = ingest_batch(letters=[delivery.letter], now=now)
+            except OUTAGE_ERRORS:
+                raise
+            except Exception as error:  # noqa: BLE001  (store the message reduced rather than lose or block it)
+                log.error(
+                    "a dead letter from %s (delivery %d) could not be stored as parsed (%s: %s); storing it reduced",
+                    delivery.queue,
+                    delivery.delivery_tag,
+                    type(error).__name__,
+                    error,
+                )
+                self.stats.reduced += 1
+                delivery.letter = reduced_letter(delivery.letter, error)
+                # If even the reduced form fails, this raises: the batch stays unacked and is retried later.
+                result = ingest_batch(letters=[delivery.letter], now=now)
+            received += result.received
+            inserted += result.inserted
+        return IngestResult(received=received, inserted=inserted)
+
+    def ack(self, batch: list[Delivery]) -> None:
+        last: dict[int, tuple[BlockingChannel, int]] = {}
+        for delivery in batch:
+            last[id(delivery.channel)] = (delivery.channel, delivery.delivery_tag)
+        for channel, tag in last.values():
+            if channel.is_open:
+                channel.basic_ack(delivery_tag=tag, multiple=True)
+            else:
+                # Committed but no longer ackable: the broker redelivers them and the dedupe key absorbs it.
+                log.info("a channel closed before its ack; its deliveries will come again as duplicates")
+        for channel in self.retired:
+            if channel.is_open:
+                channel.close()
+        self.retired = []
+
+    def record(self, batch: list[Delivery], result: IngestResult) -> None:
+        self.stats.batches += 1
+        self.stats.received += result.received
+        self.stats.inserted += result.inserted
+        self.stats.duplicates += result.duplicates
+        for delivery in batch:
+            self.stats.per_queue[delivery.queue] += 1
+        log.debug("batch of %d: %d new, %d duplicates", result.received, result.inserted, result.duplicates)
+
+    def on_database_error(self, error: BaseException) -> None:
+        self.stats.database_errors += 1
+        delay = self.database_backoff.next_delay()
+        log.warning(
+            "database error (%s: %s); %d deliveries stay unacked; retrying in %.1f s",
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
+            len(self.buffer),
+            delay,
+        )
+        # A connection that failed mid-transaction is unusable; the next flush opens a new one.
+        try:
+            db_connection.close()
+        except DatabaseError:
+            log.debug("closing the broken database connection failed", exc_info=True)
+        self.sleep(delay)
+
+    # Helpers ----------------------------------------------------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """Wait, servicing the AMQP connection (heartbeats) if there is one; returns early on stop()."""
+        deadline = self.clock() + seconds
+        while not self.stopping:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return
+            if self.connection is not None and self.connection.is_open:
+                try:
+                    self.connection.process_data_events(time_limit=min(remaining, 0.2))
+                except BROKER_ERRORS as error:
+                    log.warning("RabbitMQ connection lost while waiting (%s)", error)
+                    self.buffer = []
+                    self.drop_connection()
+            else:
+                time.sleep(min(remaining, 0.2))
+
+    def shutdown(self) -> None:
+        """Write and ack what is buffered (one attempt), then close. Anything not acked is redelivered."""
+        if self.buffer and self.connection is not None and self.connection.is_open:
+            try:
+                self.flush()
+            except Exception as error:  # noqa: BLE001  (stopping anyway; nothing acked is lost)
+                log.warning("could not write the last batch (%s); it will be redelivered", error)
+        self.drop_connection()
+        log.info(
+            "consume_dlq stopped: %d received, %d new, %d duplicates in %d batches",
+            self.stats.received,
+            self.stats.inserted,
+            self.stats.duplicates,
+            self.stats.batches,
+        )
+
+
+def reduced_letter(letter: ParsedDeadLetter, error: BaseException) -> ParsedDeadLetter:
+    """The letter with everything but its identity, queue, body and raw headers set aside, for a message the
+    database refused as parsed. The error goes into parse_errors so the operator sees why."""
+    return replace(
+        letter,
+        original_queue="",
+        original_exchange="",
+        original_routing_keys=[],
+        error_type="",
+        error_message="",
+        stack_trace="",
+        host="",
+        app_version="",
+        message_id="",
+        correlation_id="",
+        content_type="",
+        content_encoding="",
+        task_name="",
+        task_id="",
+        task_retries=None,
+        priority=None,
+        replayed_from=None,
+        headers={"$bytes": ""} if not letter.headers_json else {"$str": _b64(letter.headers_json)},
+        headers_json="",
+        properties={"$str": _b64(letter.properties_json)} if letter.properties_json else {},
+        properties_json="",
+        x_death=[],
+        parse_errors=[*letter.parse_errors, f"the database refused the parsed fields: {error}"[:1000]],
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()

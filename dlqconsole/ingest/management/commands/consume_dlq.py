@@ -1,0 +1,80 @@
+"""Drain dead-letter queues into the database (see dlqconsole.ingest.consumer for how)."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dlqconsole.ingest.consumer import DeadLetterConsumer
+
+
+class Command(BaseCommand):
+    help = (
+        "Consume dead-letter queues and store every message in the database, acking only after the commit. "
+        "Queues: --queues, else DLQ_QUEUES, else the DLQ of every enabled watched queue. Stops cleanly on "
+        "SIGTERM or SIGINT."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", default="", help="comma-separated dead-letter queue names")
+        parser.add_argument(
+            "--batch-size", type=int, default=None, help="messages per transaction (DLQ_CONSUMER_BATCH_SIZE)"
+        )
+        parser.add_argument(
+            "--batch-seconds",
+            type=float,
+            default=None,
+            help="longest wait before a partial batch is written (DLQ_CONSUMER_BATCH_SECONDS)",
+        )
+        parser.add_argument(
+            "--prefetch", type=int, default=None, help="unacked messages per queue (DLQ_CONSUMER_PREFETCH)"
+        )
+        parser.add_argument(
+            "--exit-when-idle",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="exit after this many seconds without a message (tests, benchmarks, one-off drains)",
+        )
+        parser.add_argument(
+            "--refresh-seconds",
+            type=float,
+            default=30.0,
+            help="how often the queue list is re-read and missing queues are tried again",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        for name in ("batch_size", "prefetch"):
+            if options[name] is not None and options[name] < 1:
+                raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+        for name in ("batch_seconds", "exit_when_idle", "refresh_seconds"):
+            if options[name] is not None and options[name] < 0:
+                raise CommandError(f"--{name.replace('_', '-')} must not be negative")
+        self.consumer = DeadLetterConsumer(
+            queues=[name.strip() for name in options["queues"].split(",") if name.strip()],
+            batch_size=options["batch_size"],
+            batch_seconds=options["batch_seconds"],
+            prefetch=options["prefetch"],
+            exit_when_idle=options["exit_when_idle"],
+            refresh_seconds=options["refresh_seconds"],
+        )
+        previous = {number: signal.signal(number, self.on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.consumer.run()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        stats = self.consumer.stats
+        self.stdout.write(
+            f"consume_dlq: {stats.received} received, {stats.inserted} new, {stats.duplicates} duplicates, "
+            f"{stats.batches} batches, {stats.reduced} stored reduced, "
+            f"{stats.broker_errors} broker errors, {stats.database_errors} database errors"
+        )
+
+    def on_signal(self, number: int, frame: FrameType | None) -> None:
+        name = signal.Signals(number).name
+        self.stdout.write(f"{name} received; writing the current batch and stopping")
+        self.consumer.stop()
