@@ -1,51 +1,149 @@
-"""`dlq fingerprint` and `dlq report failure-patterns`."""
+"""`dlq fingerprint` and `dlq report failure-patterns`.
+
+`dlq fingerprint` reads every line of stdin first, then groups them all together (masking, stack-trace-free
+text fingerprints, template mining over the whole set), then prints one `<pattern key>\\t<template>` line per
+input line, in input order. The keys are those ingest would give the same messages in an empty database, in
+any order and in any number of consumers. Without `--save` it never touches the database; with `--save` the
+lines are filed through the database as ingest files dead letters (custom rules, merges and splits apply, and
+the fingerprints and patterns are stored), and the printed keys are the database's.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
 
-from dlqconsole.deadletters.fingerprint import fingerprint
-from dlqconsole.deadletters.models import FailurePattern
+from dlqconsole.deadletters.fingerprint import split_error_type
+from dlqconsole.deadletters.grouping import assign_patterns
+from dlqconsole.deadletters.grouping.engine import group_lines
+from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
+from dlqconsole.ingest.classify import classify
+from dlqconsole.ingest.envelope import ParsedDeadLetter
 
 
 def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     parser = subcommands.add_parser(
-        "fingerprint", help="Read error messages from stdin, print '<pattern key>\\t<template>' per line."
+        "fingerprint",
+        help="Read error messages from stdin (one per line), print '<pattern key>\\t<template>' for each.",
+        description=__doc__,
     )
+    parser.add_argument(
+        "--save", action="store_true", help="File the lines through the database as ingest would, and store them."
+    )
+    parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON object per line.")
     parser.set_defaults(handler=run_fingerprint)
     report = subcommands.add_parser("report", help="Reports.")
     report.add_argument("report", choices=["failure-patterns"])
-    report.add_argument("--json", action="store_true", help="One JSON object per pattern.")
+    report.add_argument("--json", action="store_true", dest="as_json", help="One JSON object per pattern.")
+    report.add_argument("--status", choices=PatternStatus.values, help="Only patterns with this triage status.")
+    report.add_argument("--limit", type=int, default=0, help="At most this many patterns (most recent first).")
     report.set_defaults(handler=run_report)
 
 
-def run_fingerprint(command: BaseCommand, **options: Any) -> None:
-    for line in sys.stdin:
-        found = fingerprint(error_type="", message=line.rstrip("\n"))
-        command.stdout.write(f"{found.key}\t{found.template}")
+def _read_lines() -> list[str]:
+    # Bytes that are not UTF-8 must not stop the command: they become replacement characters.
+    stream = getattr(sys.stdin, "buffer", None)
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace") if stream is not None else sys.stdin
+    return [line.rstrip("\r\n") for line in text]
 
 
-def run_report(command: BaseCommand, *, json: bool = False, **options: Any) -> None:  # noqa: A002
-    patterns = FailurePattern.objects.active().order_by("-last_seen_at")
-    for pattern in patterns:
+def run_fingerprint(command: BaseCommand, *, save: bool = False, as_json: bool = False, **options: Any) -> None:
+    lines = _read_lines()
+    if save:
+        rows = _file_lines(lines)
+    else:
+        rows = [(pattern.key, pattern.template, pattern.error_type) for pattern in group_lines(lines)]
+    if as_json:
+        output = [
+            json.dumps({"key": key, "template": template, "error_type": error_type}, ensure_ascii=False)
+            for key, template, error_type in rows
+        ]
+    else:
+        # A line read as "Type: message" is shown the same way.
+        output = [f"{key}\t{_with_type(template, error_type)}" for key, template, error_type in rows]
+    if output:
+        command.stdout.write("\n".join(output))
+
+
+def _with_type(template: str, error_type: str) -> str:
+    if not error_type or template.startswith(error_type):
+        return template
+    return f"{error_type}: {template}"
+
+
+def _file_lines(lines: list[str]) -> list[tuple[str, str, str]]:
+    letters: list[ParsedDeadLetter] = []
+    for line in lines:
+        error_type, message = split_error_type(line)
+        reason = classify(error_type=error_type, message=message)
+        letters.append(
+            ParsedDeadLetter(
+                source_queue="dlq-fingerprint",
+                body=b"",
+                death_reason=DeathReason.UNKNOWN,
+                failure_reason=str(reason or "UNKNOWN"),
+                error_type=error_type,
+                error_message=message,
+            )
+        )
+    # An empty line is no failure to file: it gets the in-memory answer, "(no error message)".
+    texts = [letter for letter in letters if letter.error_type or letter.error_message]
+    with transaction.atomic():
+        filing = assign_patterns(letters=texts, now=timezone.now()) if texts else {}
+    patterns = {pattern.pk: pattern for pattern in FailurePattern.objects.filter(pk__in=set(filing.values()))}
+    if len(patterns) != len(set(filing.values())):
+        raise CommandError("A pattern disappeared while filing; run the command again.")
+    empty = group_lines([""])[0]
+    return [
+        (patterns[filing[letter.fingerprint]].key, patterns[filing[letter.fingerprint]].template, letter.error_type)
+        if letter.error_type or letter.error_message
+        else (empty.key, empty.template, "")
+        for letter in letters
+    ]
+
+
+def run_report(
+    command: BaseCommand, *, as_json: bool = False, status: str | None = None, limit: int = 0, **options: Any
+) -> None:
+    patterns = FailurePattern.objects.active().select_related("owner").order_by("-last_seen_at", "-id")
+    if status:
+        patterns = patterns.filter(status=status)
+    if limit > 0:
+        patterns = patterns[:limit]
+    chosen = list(patterns)
+    # Counts come from the counters, never from COUNT(*) over the dead letters.
+    parked = dict(
+        DeadLetterCount.objects.filter(pattern__in=chosen, status="parked")
+        .values("pattern")
+        .annotate(total=Sum("count"))
+        .values_list("pattern", "total")
+    )
+    for pattern in chosen:
         row = {
+            "id": pattern.pk,
             "key": pattern.key,
             "template": pattern.template,
             "error_type": pattern.error_type,
             "reason": pattern.failure_reason,
+            "origin": pattern.origin,
             "status": pattern.status,
+            "owner": pattern.owner.get_username() if pattern.owner else "",
             "total": pattern.total_count,
+            "parked": int(parked.get(pattern.pk) or 0),
+            "first_seen": pattern.first_seen_at.isoformat(),
             "last_seen": pattern.last_seen_at.isoformat(),
         }
-        if json:
-            command.stdout.write(_json_dumps(row))
+        if as_json:
+            command.stdout.write(json.dumps(row, ensure_ascii=False))
         else:
-            command.stdout.write(f"{row['total']:>8}  {row['status']:<12} {row['reason']:<18} {row['template']}")
-
-
-def _json_dumps(row: dict[str, Any]) -> str:
-    return json.dumps(row, ensure_ascii=False)
+            command.stdout.write(
+                f"{row['id']:>6} {row['total']:>9} {row['parked']:>9}  {row['status']:<12} {row['reason']:<18} "
+                f"{row['template']}"
+            )

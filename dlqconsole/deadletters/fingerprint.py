@@ -92,6 +92,8 @@ STATUS_TOKENS = frozenset(prefix + str(code) for code in range(100, 600) for pre
 # classification; it is emptied when full, which bounds the memory taken by one-off ids.
 _TOKEN_CACHE: dict[str, str] = {}
 TOKEN_CACHE_SIZE = 50000
+# Keys by (error type, template): most messages repeat a template, and a lookup is cheaper than a hash.
+_KEY_CACHE: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +108,14 @@ class Fingerprint:
 
 def pattern_key(*, error_type: str, template: str) -> str:
     """The key of a pattern with this template: the same formula for a fingerprint and for a mined template."""
-    digest = hashlib.sha1(f"{error_type}\x00{template}".encode("utf-8", "replace"), usedforsecurity=False)
-    return digest.hexdigest()
+    key = _KEY_CACHE.get((error_type, template))
+    if key is None:
+        digest = hashlib.sha1(f"{error_type}\x00{template}".encode("utf-8", "replace"), usedforsecurity=False)
+        key = digest.hexdigest()
+        if len(_KEY_CACHE) >= TOKEN_CACHE_SIZE:
+            _KEY_CACHE.clear()
+        _KEY_CACHE[(error_type, template)] = key
+    return key
 
 
 def _mask_url(match: re.Match[str]) -> str:

@@ -109,11 +109,30 @@ def assign_pattern(
     """Give a pattern an owner (None: nobody) and, when `note` is given, replace its note."""
     if owner is not None and not getattr(owner, "is_active", False):
         raise PatternError(f"{owner} is not an active user and cannot own a pattern.")
+    return _change_owner_or_note(pattern=pattern, owner=owner, change_owner=True, note=note, actor=actor, now=now)
+
+
+def set_pattern_note(
+    *, pattern: FailurePattern, note: str, actor: Actor, now: dt.datetime | None = None
+) -> FailurePattern:
+    """Replace a pattern's note, leaving its owner as it is."""
+    return _change_owner_or_note(pattern=pattern, owner=None, change_owner=False, note=note, actor=actor, now=now)
+
+
+def _change_owner_or_note(
+    *,
+    pattern: FailurePattern,
+    owner: Any,
+    change_owner: bool,
+    note: str | None,
+    actor: Actor,
+    now: dt.datetime | None,
+) -> FailurePattern:
     now = now or timezone.now()
     with transaction.atomic():
         locked = _active(pattern)
         changes: list[str] = []
-        if locked.owner_id != (owner.pk if owner is not None else None):
+        if change_owner and locked.owner_id != (owner.pk if owner is not None else None):
             before = locked.owner.get_username() if locked.owner is not None else "nobody"
             after = owner.get_username() if owner is not None else "nobody"
             changes.append(f"owner {before} -> {after}")
@@ -130,10 +149,6 @@ def assign_pattern(
         )
         record_audit(actor=actor, action="pattern.assign", target=f"pattern #{locked.pk}", detail=detail)
     return locked
-
-
-def set_pattern_note(*, pattern: FailurePattern, note: str, actor: Actor) -> FailurePattern:
-    return assign_pattern(pattern=pattern, owner=pattern.owner, note=note, actor=actor)
 
 
 # Moving dead letters between patterns ---------------------------------------------------------------------------

@@ -129,7 +129,7 @@ crm.errors.SyncFailed: could not sync contact 7"""
 
 
 JAVA_TRACE = """org.springframework.amqp.rabbit.support.ListenerExecutionFailedException: Listener threw exception
-\tat org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer.doInvoke(AbstractMessageListenerContainer.java:1760)
+\tat org.springframework.amqp.rabbit.listener.MessageListenerContainer.doInvoke(MessageListenerContainer.java:1760)
 \tat java.base/java.lang.Thread.run(Thread.java:1583)
 Caused by: java.lang.IllegalStateException: reservation 42 already released
 \tat com.acme.inventory.reservation.Reservation.release(Reservation.java:{line})

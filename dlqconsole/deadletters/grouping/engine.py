@@ -1,12 +1,14 @@
 """Grouping in memory: what ingest does against the database, for messages held in memory.
 
-`dlq fingerprint` and the benchmark use it. It files each message exactly as `assign_patterns` would once the
-same set of messages has been ingested: fingerprint, cluster by (error type, failure reason, token count),
-mine each cluster's templates, key each group by its generalised template.
+`dlq fingerprint` and the benchmark use it; `store` uses its cluster and mining helpers. It files each message
+exactly as `assign_patterns` would once the same set of messages has been ingested: fingerprint, cluster by
+(error type, failure reason of the template, token count), mine each cluster's templates together, key each
+group by its generalised template.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlqconsole.deadletters.fingerprint import Fingerprint, fingerprint, pattern_key, split_error_type
@@ -23,19 +25,16 @@ class Pattern:
     error_type: str
 
 
-def describe(*, error_type: str, message: str, stack_trace: str = "") -> tuple[str, str, str]:
-    """(error type, message, failure reason) as ingest derives them from the error headers."""
-    if not error_type and message:
-        error_type, message = split_error_type(message)
-    reason = classify(error_type=error_type, message=message, stack_trace=stack_trace)
-    return error_type, message, str(reason or "UNKNOWN")
+def cluster_of(found: Fingerprint, fallback_reason: str = "UNKNOWN") -> ClusterKey | None:
+    """The cluster a fingerprint is mined in; None for fingerprints that are never merged (traces, no text).
 
-
-def cluster_of(found: Fingerprint, reason: str) -> ClusterKey | None:
-    """The cluster a fingerprint is mined in; None for fingerprints that are never merged (traces, no text)."""
+    The failure reason is classified from the masked template, not from one message: a variable part that
+    happens to read "504" or "timeout" must not send one message of a template to another cluster.
+    """
     if found.kind != "text":
         return None
-    return (found.error_type, reason, len(found.tokens))
+    reason = classify(error_type=found.error_type, message=found.template)
+    return (found.error_type, str(reason or fallback_reason), len(found.tokens))
 
 
 def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) -> dict[str, Pattern]:
@@ -43,10 +42,10 @@ def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) 
     general = generalize(templates.values())
     result: dict[str, Pattern] = {}
     for key, tokens in templates.items():
-        mined = general[tokens]
-        template = "".join(mined)
-        pattern = key if mined == tokens else pattern_key(error_type=error_type, template=template)
-        result[key] = Pattern(key=pattern, template=template, error_type=error_type)
+        template = "".join(general[tokens])
+        result[key] = Pattern(
+            key=pattern_key(error_type=error_type, template=template), template=template, error_type=error_type
+        )
     return result
 
 
@@ -55,10 +54,9 @@ class Grouper:
         self._fingerprints: dict[str, Fingerprint] = {}
         self._clusters: dict[ClusterKey, dict[str, tuple[str, ...]]] = {}
 
-    def add(self, *, error_type: str, message: str, stack_trace: str = "", reason: str | None = None) -> str:
-        """Fingerprint one message; returns its fingerprint key (look it up in `patterns()` when all are in)."""
-        if reason is None:
-            error_type, message, reason = describe(error_type=error_type, message=message, stack_trace=stack_trace)
+    def add(self, *, error_type: str, message: str, stack_trace: str = "", reason: str = "UNKNOWN") -> str:
+        """Fingerprint one failure; returns its fingerprint key (look it up in `patterns()` when all are in).
+        `reason` is the letter's own failure reason, used only when its template says nothing."""
         found = fingerprint(error_type=error_type, message=message, stack_trace=stack_trace)
         if found.key not in self._fingerprints:
             self._fingerprints[found.key] = found
@@ -66,6 +64,11 @@ class Grouper:
             if cluster is not None:
                 self._clusters.setdefault(cluster, {})[found.key] = found.tokens
         return found.key
+
+    def add_line(self, line: str) -> str:
+        """A line of text as `dlq fingerprint` reads it: "Type: message" or just a message."""
+        error_type, message = split_error_type(line) if line else ("", "")
+        return self.add(error_type=error_type, message=message)
 
     def patterns(self) -> dict[str, Pattern]:
         """{fingerprint key: the pattern it ends in}."""
@@ -76,3 +79,11 @@ class Grouper:
         for (error_type, _, _), members in self._clusters.items():
             result.update(patterns_of_cluster(error_type, members))
         return result
+
+
+def group_lines(lines: Iterable[str]) -> list[Pattern]:
+    """The pattern of every line, after mining all of them together."""
+    grouper = Grouper()
+    keys = [grouper.add_line(line) for line in lines]
+    patterns = grouper.patterns()
+    return [patterns[key] for key in keys]

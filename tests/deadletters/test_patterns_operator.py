@@ -1,0 +1,215 @@
+"""Operator control over grouping: merge, split by a rule, custom fingerprint rules. Each decision moves the
+dead letters it concerns (counters kept exact), sticks for new arrivals, and is recorded."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule, PatternEvent, PatternOrigin
+from dlqconsole.deadletters.services import (
+    PatternError,
+    delete_fingerprint_rule,
+    merge_patterns,
+    preview_split,
+    save_fingerprint_rule,
+    split_pattern,
+)
+from tests.deadletters.conftest import Ingest, assert_counts_exact
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def test_merge_moves_dead_letters_and_counters_and_records_it(ingest: Ingest, operator: User) -> None:
+    refused = ingest("connect ECONNREFUSED 10.0.0.7:6379", "connect ECONNREFUSED 10.0.0.8:6379")
+    reset = ingest({"message": "read ECONNRESET", "queue": "billing"})
+    source, target = refused[0].pattern, reset[0].pattern
+    source.total_count, target.total_count = 2, 1
+
+    moved = merge_patterns(source=source, target=target, actor=operator)
+
+    source.refresh_from_db()
+    target.refresh_from_db()
+    assert moved == 2
+    assert source.merged_into_id == target.pk
+    assert source.merged_at is not None
+    assert target.total_count == 3
+    assert set(DeadLetter.objects.values_list("pattern_id", flat=True)) == {target.pk}
+    assert source.events.filter(kind=PatternEvent.Kind.MERGED, actor=operator).exists()
+    assert target.events.filter(kind=PatternEvent.Kind.MERGED, detail__contains=f"#{source.pk}").exists()
+    audit = AuditEntry.objects.get(action="pattern.merge")
+    assert (audit.count, audit.actor) == (2, operator)
+    assert_counts_exact()
+
+
+def test_merge_sticks_for_new_arrivals(ingest: Ingest, operator: User) -> None:
+    source = ingest("connect ECONNREFUSED 10.0.0.7:6379")[0].pattern
+    target = ingest("read ECONNRESET")[0].pattern
+    merge_patterns(sources=[source], target=target, actor=operator)
+
+    rows = ingest("connect ECONNREFUSED 10.9.9.9:6379")
+
+    assert rows[0].pattern_id == target.pk
+    target.refresh_from_db()
+    assert target.total_count == 3
+    assert_counts_exact()
+
+
+def test_merging_several_patterns_keeps_merge_chains_one_hop_long(ingest: Ingest, operator: User) -> None:
+    first, second, third = (ingest(message)[0].pattern for message in ["disk full", "socket hang up", "EPIPE"])
+    merge_patterns(source=first, target=second, actor=operator)
+
+    merge_patterns(sources=[second], target=third, actor=operator)
+
+    first.refresh_from_db()
+    assert first.merged_into_id == third.pk
+    assert ingest("disk full")[0].pattern_id == third.pk
+
+
+def test_merge_refuses_a_pattern_into_itself_and_merged_patterns(ingest: Ingest, operator: User) -> None:
+    first = ingest("disk full")[0].pattern
+    second = ingest("socket hang up")[0].pattern
+
+    with pytest.raises(PatternError, match="cannot be merged into itself"):
+        merge_patterns(sources=[first], target=first, actor=operator)
+    merge_patterns(source=first, target=second, actor=operator)
+    with pytest.raises(PatternError, match="already merged"):
+        merge_patterns(source=first, target=second, actor=operator)
+    with pytest.raises(PatternError, match="at least one"):
+        merge_patterns(sources=[], target=second, actor=operator)
+
+
+def test_split_moves_matching_dead_letters_to_a_new_pattern(ingest: Ingest, operator: User) -> None:
+    rows = ingest(
+        "user alice not found",
+        "user bob not found",
+        "user svc-import not found",
+        "user svc-billing not found",
+    )
+    pattern = rows[0].pattern
+    assert pattern.template == "user <*> not found"
+
+    part = split_pattern(pattern=pattern, name="service accounts not found", regex=r"user svc-", actor=operator)
+
+    assert part.template == "service accounts not found"
+    assert part.origin == PatternOrigin.RULE
+    assert part.total_count == 2
+    stored = dict(DeadLetter.objects.values_list("error_message", "pattern_id"))
+    assert stored == {
+        "user alice not found": pattern.pk,
+        "user bob not found": pattern.pk,
+        "user svc-import not found": part.pk,
+        "user svc-billing not found": part.pk,
+    }
+    pattern.refresh_from_db()
+    assert pattern.total_count == 2
+    assert pattern.events.filter(kind=PatternEvent.Kind.SPLIT, actor=operator).exists()
+    assert AuditEntry.objects.get(action="pattern.split").count == 2
+    assert_counts_exact()
+
+
+def test_split_sticks_for_new_arrivals_of_the_pattern_only(ingest: Ingest, operator: User) -> None:
+    pattern = ingest("user alice not found", "user bob not found")[0].pattern
+    part = split_pattern(pattern=pattern, name="service accounts", regex=r"svc-", actor=operator)
+
+    rows = ingest("user svc-export not found", "user carol not found", "svc-export quota exceeded")
+
+    assert [row.pattern_id for row in rows[:2]] == [part.pk, pattern.pk]
+    assert rows[2].pattern_id not in {part.pk, pattern.pk}
+    assert rows[0].fingerprint == f"rule-{part.rules.get().pk}"
+    assert_counts_exact()
+
+
+def test_split_by_header(ingest: Ingest, operator: User) -> None:
+    rows = ingest(
+        {"message": "tenant quota exceeded", "headers": {"x-tenant": "acme"}},
+        {"message": "tenant quota exceeded", "headers": {"X-Tenant": "globex"}},
+        {"message": "tenant quota exceeded"},
+    )
+    pattern = rows[0].pattern
+
+    part = split_pattern(pattern=pattern, name="acme quota", header="x-tenant", regex="^acme$", actor=operator)
+
+    assert [DeadLetter.objects.get(pk=row.pk).pattern_id for row in rows] == [part.pk, pattern.pk, pattern.pk]
+    assert preview_split(pattern=pattern, header="x-tenant") == 1
+
+
+def test_split_refuses_a_bad_expression(ingest: Ingest, operator: User) -> None:
+    pattern = ingest("disk full")[0].pattern
+
+    with pytest.raises(PatternError, match="does not compile"):
+        split_pattern(pattern=pattern, name="broken", regex="disk (", actor=operator)
+    with pytest.raises(PatternError, match="needs a regular expression, a header"):
+        split_pattern(pattern=pattern, name="nothing", actor=operator)
+
+    assert not FingerprintRule.objects.exists()
+
+
+def test_custom_rule_assigns_a_fixed_pattern_to_new_arrivals(ingest: Ingest, admin_user: User) -> None:
+    rule = save_fingerprint_rule(
+        rule=FingerprintRule(name="Legacy ERP is down", regex=r"legacy-erp|ERP gateway"), actor=admin_user
+    )
+
+    rows = ingest(
+        "connect to legacy-erp.corp.example refused",
+        {"message": "ERP gateway returned garbage", "error_type": "ValueError"},
+        "user alice not found",
+    )
+
+    rule.refresh_from_db()
+    assert rule.pattern is not None
+    assert rule.pattern.template == "Legacy ERP is down"
+    assert [row.pattern_id for row in rows[:2]] == [rule.pattern_id, rule.pattern_id]
+    assert rows[2].pattern_id != rule.pattern_id
+    assert rule.pattern.total_count == 2
+    assert AuditEntry.objects.get(action="fingerprint_rule.create").actor == admin_user
+    assert_counts_exact()
+
+
+def test_header_rule_and_rule_order(ingest: Ingest, admin_user: User) -> None:
+    header_rule = save_fingerprint_rule(
+        rule=FingerprintRule(name="Replays from the old console", header="x-replayed-by", position=1),
+        actor=admin_user,
+    )
+    text_rule = save_fingerprint_rule(
+        rule=FingerprintRule(name="Timeouts", regex="timed out", position=2), actor=admin_user
+    )
+
+    rows = ingest(
+        {"message": "timed out", "headers": {"X-Replayed-By": "old-console"}},
+        {"message": "read timed out"},
+    )
+
+    assert [row.pattern_id for row in rows] == [header_rule.pattern_id, text_rule.pattern_id]
+
+
+def test_edited_disabled_and_deleted_rules_apply_from_the_next_batch(ingest: Ingest, admin_user: User) -> None:
+    rule = save_fingerprint_rule(rule=FingerprintRule(name="Disk", regex="disk full"), actor=admin_user)
+    assert ingest("disk full on worker-3")[0].pattern_id == rule.pattern_id
+
+    rule.regex = "disk almost full"
+    rule.name = "Disk nearly full"
+    save_fingerprint_rule(rule=rule, actor=admin_user)
+    moved_on = ingest("disk full on worker-3", "disk almost full on worker-3")
+    rule.enabled = False
+    save_fingerprint_rule(rule=rule, actor=admin_user)
+    disabled = ingest("disk almost full on worker-4")
+    rule.enabled = True
+    save_fingerprint_rule(rule=rule, actor=admin_user)
+    delete_fingerprint_rule(rule=rule, actor=admin_user)
+    deleted = ingest("disk almost full on worker-5")
+
+    assert moved_on[0].pattern_id != rule.pattern_id
+    assert moved_on[1].pattern_id == rule.pattern_id
+    assert FailurePattern.objects.get(pk=rule.pattern_id).template == "Disk nearly full"
+    assert disabled[0].pattern_id != rule.pattern_id
+    assert deleted[0].pattern_id == disabled[0].pattern_id
+    assert AuditEntry.objects.filter(action__startswith="fingerprint_rule.").count() == 5
+
+
+def test_rule_with_a_bad_expression_is_refused(admin_user: User) -> None:
+    with pytest.raises(PatternError, match="does not compile"):
+        save_fingerprint_rule(rule=FingerprintRule(name="bad", regex="(unclosed"), actor=admin_user)
+
+    assert not FingerprintRule.objects.exists()
