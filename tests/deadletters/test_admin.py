@@ -247,7 +247,6 @@ def test_pattern_admin_lists_and_filters_patterns(admin_client: Client, letters:
 def test_pattern_status_change_in_the_admin_goes_through_the_triage_service(
     staff_client: Client, letters: dict[str, DeadLetter]
 ) -> None:
-    pytest.importorskip("dlqconsole.deadletters.services", reason="the triage services are not written yet")
     pattern = letters["timeout"].pattern
 
     response = staff_client.post(
