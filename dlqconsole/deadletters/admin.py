@@ -25,6 +25,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from dlqconsole.accounts.roles import OPERATOR, has_role
+from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body
 from dlqconsole.ingest.models import WatchedQueue

@@ -321,7 +321,7 @@ def merge_patterns(
 # Rules and splits -----------------------------------------------------------------------------------------------
 
 
-def _validate_rule(*, name: str, regex: str, header: str) -> None:
+def validate_rule(*, name: str, regex: str, header: str) -> None:
     if not name.strip():
         raise PatternError("Give the rule a name; it becomes the template of its pattern.")
     if not regex and not header.strip():
@@ -375,7 +375,7 @@ def ensure_rule_pattern(
 def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.datetime | None = None) -> FingerprintRule:
     """Create or change a custom fingerprint rule. It applies to dead letters that arrive from now on (in every
     consumer, from its next batch); dead letters already stored stay where they are."""
-    _validate_rule(name=rule.name, regex=rule.regex, header=rule.header)
+    validate_rule(name=rule.name, regex=rule.regex, header=rule.header)
     now = now or timezone.now()
     creating = rule.pk is None
     with transaction.atomic():
@@ -419,7 +419,7 @@ def split_pattern(
     match are split off too. Returns the new pattern."""
     from dlqconsole.deadletters.grouping.rules import compile_rule, matches
 
-    _validate_rule(name=name, regex=regex, header=header)
+    validate_rule(name=name, regex=regex, header=header)
     now = now or timezone.now()
     with transaction.atomic():
         lock_fingerprints(pattern_ids=[pattern.pk])
@@ -491,7 +491,7 @@ def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "",
     that shows the effect before the operator confirms."""
     from dlqconsole.deadletters.grouping.rules import compile_rule, matches
 
-    _validate_rule(name="preview", regex=regex, header=header)
+    validate_rule(name="preview", regex=regex, header=header)
     compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
     rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:limit]
     return sum(
