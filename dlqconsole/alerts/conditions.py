@@ -9,6 +9,7 @@ tick costs the same with a thousand stored dead letters or a million.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -72,8 +73,10 @@ def subject_pattern_id(subject: str) -> int | None:
     return int(rest) if kind == "pattern" and rest.isdigit() else None
 
 
+@functools.lru_cache(maxsize=4096)
 def safe_reverse(name: str, *args: Any, query: str = "") -> str:
-    """A console path for a link, or "" when that page does not exist (links are a convenience)."""
+    """A console path for a link, or "" when that page does not exist (links are a convenience). Cached: the
+    same few links are asked for by many rules on every tick, and the URLconf does not change while running."""
     try:
         path = reverse(name, args=args)
     except NoReverseMatch:
@@ -164,13 +167,17 @@ class Facts:
     def work_queue_of(self) -> dict[str, str]:
         return {queue.dead_letter_queue: queue.name for queue in self.watched}
 
+    @cached_property
+    def _pairs(self) -> dict[str, set[str]]:
+        pairs: dict[str, set[str]] = defaultdict(set)
+        for queue in self.watched:
+            for name in (queue.name, queue.dead_letter_queue):
+                pairs[name] |= {queue.name, queue.dead_letter_queue}
+        return pairs
+
     def queue_names(self, name: str) -> set[str]:
         """A rule's queue scope names a DLQ or a work queue; either way it means both of them."""
-        names = {name}
-        for queue in self.watched:
-            if name in (queue.name, queue.dead_letter_queue):
-                names |= {queue.name, queue.dead_letter_queue}
-        return names
+        return self._pairs.get(name) or {name}
 
     def in_scope(self, rule: AlertRule, queue: str) -> bool:
         return not rule.queue or queue in self.queue_names(rule.queue)
