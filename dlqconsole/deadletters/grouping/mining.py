@@ -112,7 +112,13 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
     after = _after(form, position)
     if before in ENTITY_NOUNS or after in ENTITY_NOUNS or any(_is_data(value) for value in values):
         needed = 2
-    elif before in ENUM_NOUNS or all(DOTTED_NAME.fullmatch(value.strip().strip("'\"`")) for value in values):
+    elif (
+        before in ENUM_NOUNS
+        or all(DOTTED_NAME.fullmatch(value.strip().strip("'\"`")) for value in values)
+        or all(_word(value) in ENTITY_NOUNS for value in values)
+    ):
+        # Also when the values are themselves kinds of things ("user", "tenant", "queue"): they are the message's
+        # subject, not data.
         needed = ENUM_VALUES
     else:
         needed = PLAIN_VALUES
