@@ -134,6 +134,6 @@ def test_grouper_gives_the_same_keys_whatever_the_order_of_the_messages() -> Non
 
 
 def test_kinds_of_things_in_a_slot_are_the_subject_not_data() -> None:
-    result = mined(*[f"{kind} {name} not found" for kind in ("user", "tenant", "queue") for name in ("a1x", "b2y")])
+    result = mined(*[f"{kind} {name} not found" for kind in ("user", "tenant", "queue") for name in ("alice", "bob")])
 
     assert set(result.values()) == {"user <*> not found", "tenant <*> not found", "queue <*> not found"}
