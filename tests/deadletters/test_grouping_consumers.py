@@ -1,0 +1,157 @@
+"""The same stream of dead letters through one consume_dlq process and through two competing ones (real
+RabbitMQ, real PostgreSQL, real processes) ends in the same patterns."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    DeadLetterCount,
+    FailurePattern,
+    Fingerprint,
+    PatternCluster,
+    PatternEvent,
+)
+from tests.deadletters.conftest import assert_counts_exact
+from tests.ingest.conftest import (
+    ConsumerProcess,
+    DeadLetterQueue,
+    declare_dead_letter_queue,
+    queue_depth,
+    subprocess_database_url,
+    wait_for_depth,
+)
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
+# Causes whose messages differ in words no mask recognises (names, queues, tenants, regions) or that carry
+# stack traces, plus look-alikes that must stay apart: the cases where the order of arrival could matter.
+CAUSES = {
+    "py-user-not-found",
+    "py-user-disabled",
+    "py-project-access",
+    "py-tenant-quota",
+    "py-queue-consumer",
+    "py-region-capacity",
+    "py-currency-unsupported",
+    "py-publish-rejected:full",
+    "py-publish-rejected:paused",
+    "py-customer-blocked:fraud-suspected",
+    "py-customer-blocked:manual-review",
+    "py-order-transition:shipped-cancelled",
+    "py-order-transition:cancelled-shipped",
+    "py-requests-refused:payments-api-internal-v1-charges",
+    "py-requests-refused:inventory-api-internal-v2-stock",
+    "py-trace-none-label",
+    "py-trace-none-notify",
+    "java-npe-invoice",
+    "go-panic-nil-label",
+    "node-trace-undefined-sku",
+    "py-int-literal",
+    "go-json-invalid-char",
+}
+
+
+def stream() -> list[dict[str, str]]:
+    with CORPUS.open(encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    chosen = [row for row in rows if row["cause"] in CAUSES]
+    assert {row["cause"] for row in chosen} == CAUSES
+    return chosen
+
+
+def publish(channel: Any, queue: DeadLetterQueue, rows: list[tuple[int, dict[str, str]]]) -> None:
+    """Publish (stream position, row) pairs in the order given; the message id names the stream position."""
+    for index, row in rows:
+        headers = {"x-exception-message": row["message"]}
+        if row["error_type"]:
+            headers["x-exception-type"] = row["error_type"]
+        if row["stack_trace"]:
+            headers["x-exception-stacktrace"] = row["stack_trace"]
+        channel.basic_publish(
+            exchange="",
+            routing_key=queue.work,
+            body=json.dumps({"n": index}).encode(),
+            properties=pika.BasicProperties(message_id=f"s-{index}", expiration="0", headers=headers),
+        )
+    assert wait_for_depth(channel, queue.dlq, len(rows), timeout=60) == len(rows)
+
+
+def outcome() -> tuple[dict[str, tuple[str, str]], set[tuple[str, str, int]]]:
+    """({message id: (pattern key, template)}, {(key, template, total) of every surviving pattern})."""
+    patterns = {pattern.pk: pattern for pattern in FailurePattern.objects.all()}
+    filed = {
+        message_id: (patterns[pattern_id].key, patterns[pattern_id].template)
+        for message_id, pattern_id in DeadLetter.objects.values_list("message_id", "pattern_id")
+    }
+    active = {
+        (pattern.key, pattern.template, pattern.total_count)
+        for pattern in patterns.values()
+        if pattern.merged_into_id is None
+    }
+    return filed, active
+
+
+def forget_everything() -> None:
+    PatternEvent.objects.all().delete()
+    DeadLetterCount.objects.all().delete()
+    DeadLetter.objects.all().delete()
+    Fingerprint.objects.all().delete()
+    PatternCluster.objects.all().delete()
+    FailurePattern.objects.update(merged_into=None)
+    FailurePattern.objects.all().delete()
+
+
+@pytest.fixture
+def consumers(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
+    started: list[ConsumerProcess] = []
+
+    def start(*arguments: str) -> ConsumerProcess:
+        process = ConsumerProcess(
+            list(arguments),
+            database_url=subprocess_database_url(),
+            log_path=tmp_path / f"consume_dlq-{len(started)}.log",
+            env={},
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.signal(signal.SIGKILL)
+        process.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_consumers_make_the_same_patterns_as_one(
+    queue_name: Callable[[str], str], amqp_channel: Any, consumers: Callable[..., ConsumerProcess]
+) -> None:
+    queue = declare_dead_letter_queue(amqp_channel, queue_name("grouping"))
+    rows = list(enumerate(stream()))
+    options = ["--queues", queue.dlq, "--prefetch", "50", "--batch-seconds", "0.05", "--exit-when-idle", "2"]
+
+    publish(amqp_channel, queue, rows)
+    alone = consumers(*options, "--batch-size", "17")
+    assert alone.wait() == 0, alone.output
+    single_filed, single_patterns = outcome()
+    assert_counts_exact()
+    forget_everything()
+
+    publish(amqp_channel, queue, list(reversed(rows)))
+    pair = [consumers(*options, "--batch-size", size) for size in ("11", "23")]
+    assert [process.wait() for process in pair] == [0, 0], [process.output for process in pair]
+    double_filed, double_patterns = outcome()
+
+    assert len(single_filed) == len(double_filed) == len(rows)
+    assert double_filed == single_filed
+    assert double_patterns == single_patterns
+    assert all("received" in process.output and "0 database errors" in process.output for process in pair)
+    assert_counts_exact()
+    assert queue_depth(queue.dlq) == 0
