@@ -6,6 +6,7 @@ from typing import Any
 from django import forms
 
 from dlqconsole.core import jsonsafe
+from dlqconsole.deadletters.payload import is_death_header
 
 MAX_BODY_CHARACTERS = 5 * 1024 * 1024
 
@@ -31,9 +32,7 @@ class EditForm(forms.Form):
             raise forms.ValidationError(f"Headers must be a JSON object: {error}") from None
         if not isinstance(headers, dict):
             raise forms.ValidationError("Headers must be a JSON object.")
-        if any(
-            name.lower() == "x-death" or name.lower().startswith(("x-first-death", "x-last-death")) for name in headers
-        ):
+        if any(is_death_header(name) for name in headers):
             raise forms.ValidationError("Death headers are stripped on replay; leave them out.")
         try:
             jsonsafe.decode(headers)

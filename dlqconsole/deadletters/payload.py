@@ -17,6 +17,8 @@ from django.conf import settings
 
 from dlqconsole.core import jsonsafe
 
+DEATH_HEADERS = frozenset({"x-death", "x-delivery-count", "x-acquired-count"})
+
 
 @dataclass(frozen=True)
 class ShownBody:
@@ -135,14 +137,18 @@ def death_timeline(x_death: Any) -> list[dict[str, Any]]:
     return entries
 
 
+def is_death_header(name: str) -> bool:
+    """Headers the broker writes when a message dies; a replay strips them (see DESIGN.md)."""
+    lowered = name.lower()
+    return lowered in DEATH_HEADERS or lowered.startswith(("x-first-death-", "x-last-death-"))
+
+
 def headers_as_json(headers: Any) -> str:
-    """Headers as editable JSON (the tagged form of core.jsonsafe, so bytes and timestamps survive an edit)."""
-    shown = (
-        {key: value for key, value in headers.items() if key.lower() != "x-death"}
-        if isinstance(headers, dict)
-        else headers
-    )
-    return json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=False)
+    """Headers as editable JSON without the death headers (the tagged form of core.jsonsafe, so bytes and
+    timestamps survive an edit)."""
+    if isinstance(headers, dict):
+        headers = {key: value for key, value in headers.items() if not is_death_header(key)}
+    return json.dumps(headers, indent=2, ensure_ascii=False)
 
 
 def body_as_text(body: bytes) -> str | None:

@@ -12,9 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from django.db.models import Count, Q, Sum
+from django.db import connection
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
+from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
@@ -25,6 +27,8 @@ from dlqconsole.deadletters.models import (
 # Statuses whose dead letters are still to be dealt with (they are what "parked" means on the dashboard).
 WAITING = (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED)
 ALL_STATUSES = tuple(DeadLetterStatus.values)
+# Past every id: the end of the last, open bucket.
+BIG_ID = 2**62
 LEVELS = ("normal", "warning", "critical", "emergency")
 
 
@@ -89,48 +93,188 @@ def bucket_starts(*, now: dt.datetime, width: dt.timedelta, buckets: int) -> lis
     return [aligned - width * (buckets - 1 - index) for index in range(buckets)]
 
 
-def arrivals(*, now: dt.datetime | None = None, width: dt.timedelta, buckets: int) -> list[tuple[dt.datetime, int]]:
+def first_ids(starts: list[dt.datetime]) -> list[int]:
+    """For each moment, the id of the first dead letter that arrived at or after it (or one past the last id).
+
+    Ids rise with arrival (ingest stamps a batch and inserts it), so the dead letters that arrived between two
+    moments are the ids between their first ids: the bucket counts below then read only the pkey or the
+    (pattern, status, id) index, never the table. Per moment, single-row probes of the (status, ingested_at)
+    index find the first arrival time after it (one probe per status), then the smallest id with that time (a
+    batch shares its time). Concurrent consumers can put one batch on the wrong side of a boundary; charts do
+    not mind.
+    """
+    if not starts:
+        return []
+    # Filling in empty buckets from the next one needs the moments in order.
+    starts = sorted(starts)
+    found = _first_ids_postgresql(starts) if connection.vendor == "postgresql" else _first_ids_portable(starts)
+    boundaries: list[int | None] = [int(value) if value is not None else None for value in found]
+    # A moment after the last arrival starts an empty bucket: it begins where the next one does, or past the end.
+    following = BIG_ID
+    result = [BIG_ID] * len(boundaries)
+    for index in range(len(boundaries) - 1, -1, -1):
+        value = boundaries[index]
+        result[index] = following = value if value is not None else following
+    return result
+
+
+def _first_ids_postgresql(starts: list[dt.datetime]) -> list[Any]:
+    # One statement with one plan, run for every moment and status (hundreds of scalar subqueries would spend
+    # more time in the planner than in the index).
+    table = connection.ops.quote_name(DeadLetter._meta.db_table)
+    sql = f"""
+        SELECT (
+            SELECT min(letter.id) FROM {table} AS letter
+            WHERE letter.status = ANY(%(statuses)s) AND letter.ingested_at = (
+                SELECT min(first.ingested_at) FROM unnest(%(statuses)s::text[]) AS wanted(status)
+                CROSS JOIN LATERAL (
+                    SELECT probe.ingested_at FROM {table} AS probe
+                    WHERE probe.status = wanted.status AND probe.ingested_at >= moment.start
+                    ORDER BY probe.ingested_at LIMIT 1
+                ) AS first
+            )
+        )
+        FROM unnest(%(starts)s::timestamptz[]) WITH ORDINALITY AS moment(start, position)
+        ORDER BY moment.position
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"statuses": list(ALL_STATUSES), "starts": starts})
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _first_ids_portable(starts: list[dt.datetime]) -> list[Any]:
+    with connection.cursor() as cursor:
+        times = _scalars(
+            cursor,
+            [
+                DeadLetter.objects.filter(status=status, ingested_at__gte=start)
+                .order_by("ingested_at")
+                .values("ingested_at")[:1]
+                for start in starts
+                for status in ALL_STATUSES
+            ],
+        )
+        firsts: list[Any] = []
+        for index in range(len(starts)):
+            found = [moment for moment in times[index * len(ALL_STATUSES) : (index + 1) * len(ALL_STATUSES)] if moment]
+            firsts.append(min(found) if found else None)
+        wanted = [moment for moment in firsts if moment is not None]
+        ids = iter(
+            _scalars(
+                cursor,
+                [
+                    DeadLetter.objects.filter(status__in=ALL_STATUSES, ingested_at=moment)
+                    .order_by("pk")
+                    .values("pk")[:1]
+                    for moment in wanted
+                ],
+            )
+        )
+    return [next(ids) if moment is not None else None for moment in firsts]
+
+
+def _scalars(cursor: Any, querysets: list[Any]) -> list[Any]:
+    """Run single-value querysets as the columns of one SELECT (one round trip for many index probes)."""
+    if not querysets:
+        return []
+    parts = []
+    params: list[Any] = []
+    for queryset in querysets:
+        sql, query_params = queryset.query.sql_with_params()
+        parts.append(f"({sql})")
+        params.extend(query_params)
+    cursor.execute("SELECT " + ", ".join(parts), params)
+    row = cursor.fetchone()
+    converter = DeadLetter._meta.get_field("ingested_at")
+    return [_as_value(value, converter) for value in row]
+
+
+def _as_value(value: Any, field: Any) -> Any:
+    # SQLite hands timestamps back as text; PostgreSQL as datetimes; ids as ints on both.
+    if isinstance(value, str):
+        return field.to_python(value)
+    return value
+
+
+def bucket_bounds(starts: list[dt.datetime]) -> list[tuple[int, int]]:
+    """(first id, first id of the next bucket) for each bucket; the last one is open to the newest arrival."""
+    return bounds_from(starts, first_ids_by_moment(starts))
+
+
+def first_ids_by_moment(moments: list[dt.datetime]) -> dict[dt.datetime, int]:
+    """first_ids for any set of moments (several charts' buckets at once), by moment."""
+    ordered = sorted(set(moments))
+    return dict(zip(ordered, first_ids(ordered), strict=True))
+
+
+def bounds_from(starts: list[dt.datetime], firsts: dict[dt.datetime, int]) -> list[tuple[int, int]]:
+    ids = [firsts[start] for start in starts]
+    return [(ids[index], ids[index + 1] if index + 1 < len(ids) else BIG_ID) for index in range(len(ids))]
+
+
+def arrivals(
+    *, now: dt.datetime | None = None, width: dt.timedelta, buckets: int, bounds: list[tuple[int, int]] | None = None
+) -> list[tuple[dt.datetime, int]]:
     """How many dead letters arrived in each bucket (every status, so replayed ones still count as arrivals).
 
-    One query over the (status, ingested_at) index, bounded to the window: its cost grows with the arrivals in
-    the window, not with the table.
+    Counted on the primary key between the buckets' first ids (see first_ids): index-only ranges, bounded by the
+    window, never the whole table.
     """
     starts = bucket_starts(now=now or timezone.now(), width=width, buckets=buckets)
-    window = DeadLetter.objects.filter(
-        status__in=ALL_STATUSES, ingested_at__gte=starts[0], ingested_at__lt=starts[-1] + width
+    bounds = bounds or bucket_bounds(starts)
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(DeadLetter._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT (SELECT count(*) FROM {table} WHERE id >= bucket.low AND id < bucket.high) "
+                "FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS bucket(low, high, position) "
+                "ORDER BY bucket.position",
+                [[low for low, _ in bounds], [high for _, high in bounds]],
+            )
+            counts = [int(row[0]) for row in cursor.fetchall()]
+        return list(zip(starts, counts, strict=True))
+    totals = DeadLetter.objects.filter(pk__gte=bounds[0][0]).aggregate(
+        **{f"b{index}": Count("pk", filter=Q(pk__gte=low, pk__lt=high)) for index, (low, high) in enumerate(bounds)}
     )
-    counts = window.aggregate(
-        **{
-            f"b{index}": Count("ingested_at", filter=Q(ingested_at__gte=start, ingested_at__lt=start + width))
-            for index, start in enumerate(starts)
-        }
-    )
-    return [(start, int(counts[f"b{index}"] or 0)) for index, start in enumerate(starts)]
+    return [(start, int(totals[f"b{index}"] or 0)) for index, start in enumerate(starts)]
 
 
 def pattern_trends(
-    *, pattern_ids: list[int], now: dt.datetime | None = None, width: dt.timedelta, buckets: int
+    *,
+    pattern_ids: list[int],
+    now: dt.datetime | None = None,
+    width: dt.timedelta,
+    buckets: int,
+    bounds: list[tuple[int, int]] | None = None,
 ) -> dict[int, list[int]]:
-    """Arrivals per pattern and bucket (oldest first), for sparklines; bounded to the window like `arrivals`."""
+    """Arrivals per pattern and bucket (oldest first), for sparklines: read from the (pattern, status, id) index
+    between the buckets' first ids, like `arrivals`."""
     if not pattern_ids:
         return {}
     starts = bucket_starts(now=now or timezone.now(), width=width, buckets=buckets)
+    bounds = bounds or bucket_bounds(starts)
+    trends = {pattern_id: [0] * buckets for pattern_id in pattern_ids}
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(DeadLetter._meta.db_table)
+        # width_bucket finds each id's bucket by binary search over the boundaries (1 = the first bucket).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT pattern_id, width_bucket(id, %s::bigint[]), count(*) FROM {table} "
+                "WHERE pattern_id = ANY(%s) AND status = ANY(%s) AND id >= %s GROUP BY 1, 2",
+                [[low for low, _ in bounds], list(pattern_ids), list(ALL_STATUSES), bounds[0][0]],
+            )
+            for pattern_id, bucket, count in cursor.fetchall():
+                if 1 <= bucket <= buckets:
+                    trends[pattern_id][bucket - 1] += int(count)
+        return trends
     rows = (
-        DeadLetter.objects.filter(
-            status__in=ALL_STATUSES,
-            ingested_at__gte=starts[0],
-            ingested_at__lt=starts[-1] + width,
-            pattern_id__in=pattern_ids,
-        )
+        DeadLetter.objects.filter(pattern_id__in=pattern_ids, status__in=ALL_STATUSES, pk__gte=bounds[0][0])
         .values("pattern_id")
         .annotate(
-            **{
-                f"b{index}": Count("ingested_at", filter=Q(ingested_at__gte=start, ingested_at__lt=start + width))
-                for index, start in enumerate(starts)
-            }
+            **{f"b{index}": Count("pk", filter=Q(pk__gte=low, pk__lt=high)) for index, (low, high) in enumerate(bounds)}
         )
+        .order_by()
     )
-    trends = {pattern_id: [0] * buckets for pattern_id in pattern_ids}
     for row in rows:
         values = cast(dict[str, Any], row)
         trends[values["pattern_id"]] = [int(values[f"b{index}"] or 0) for index in range(buckets)]
@@ -150,12 +294,14 @@ def waiting_by_pattern(pattern_ids: list[int] | None = None) -> tuple[dict[int, 
     return dict(counts), {pattern_id: sorted(names) for pattern_id, names in queues.items()}
 
 
-def top_patterns(*, limit: int = 10, now: dt.datetime | None = None) -> list[PatternSummary]:
+def top_patterns(
+    *, limit: int = 10, now: dt.datetime | None = None, bounds: list[tuple[int, int]] | None = None
+) -> list[PatternSummary]:
     """The patterns with the most dead letters waiting, with a 24-hour trend."""
     counts, queues = waiting_by_pattern()
     top = sorted(counts, key=lambda pattern_id: -counts[pattern_id])[:limit]
     patterns = FailurePattern.objects.in_bulk(top)
-    trends = pattern_trends(pattern_ids=top, now=now, width=dt.timedelta(hours=1), buckets=24)
+    trends = pattern_trends(pattern_ids=top, now=now, width=dt.timedelta(hours=1), buckets=24, bounds=bounds)
     return [
         PatternSummary(
             pattern=patterns[pattern_id],
@@ -181,26 +327,32 @@ def backpressure_level(*, depth: int | None, warning: int, critical: int, emerge
 
 
 def backpressure() -> list[Backpressure]:
-    """The latest depth sample of each watched work queue, with its level from the queue's thresholds."""
+    """The latest depth sample of each watched work queue, with its level from the queue's thresholds (one query:
+    a probe of the (queue, -sampled_at) index per queue)."""
     from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
+    latest = QueueSample.objects.filter(queue=OuterRef("name")).order_by("-sampled_at")
+    watched = WatchedQueue.objects.filter(enabled=True).annotate(
+        depth=Subquery(latest.values("messages")[:1]),
+        consumer_count=Subquery(latest.values("consumers")[:1]),
+        sampled_at=Subquery(latest.values("sampled_at")[:1]),
+    )
     found = []
-    for watched in WatchedQueue.objects.filter(enabled=True).order_by("name"):
-        sample = QueueSample.objects.filter(queue=watched.name).order_by("-sampled_at").first()
-        depth = sample.messages if sample else None
+    for queue in watched.order_by("name"):
+        depth = queue.depth  # type: ignore[attr-defined]
         found.append(
             Backpressure(
-                queue=watched.name,
+                queue=queue.name,
                 depth=depth,
-                consumers=sample.consumers if sample else None,
+                consumers=queue.consumer_count,  # type: ignore[attr-defined]
                 level=backpressure_level(
                     depth=depth,
-                    warning=watched.warning_depth,
-                    critical=watched.critical_depth,
-                    emergency=watched.emergency_depth,
+                    warning=queue.warning_depth,
+                    critical=queue.critical_depth,
+                    emergency=queue.emergency_depth,
                 ),
-                sampled_at=sample.sampled_at if sample else None,
-                thresholds=(watched.warning_depth, watched.critical_depth, watched.emergency_depth),
+                sampled_at=queue.sampled_at,  # type: ignore[attr-defined]
+                thresholds=(queue.warning_depth, queue.critical_depth, queue.emergency_depth),
             )
         )
     order = {level: index for index, level in enumerate(reversed(LEVELS))}
@@ -223,3 +375,32 @@ def running_operations(*, limit: int = 20) -> list[Any]:
     from dlqconsole.operations.models import Operation
 
     return list(Operation.objects.unfinished().order_by("-id")[:limit])
+
+
+def counted_matches(chosen: DeadLetterFilter) -> int | None:
+    """How many dead letters the counters hold for the filter's queue, pattern, reason and status parts, or None
+    when the filter names none of them (then only a query can tell).
+
+    The other parts of a filter only narrow it further, so 0 here means the filter matches nothing. The messages
+    page uses that to skip a query that would otherwise scan the whole table for combinations that never occur
+    (the planner cannot know that a queue and a reason exclude each other). Queue names are matched as source
+    queues: a dead-letter queue drained by the console is not also the original queue of other dead letters.
+    """
+    if not (chosen.queue or chosen.pattern or chosen.reason):
+        return None
+    cells = DeadLetterCount.objects.filter(count__gt=0)
+    # Without a status filter, archived dead letters are hidden (as DeadLetterFilter.apply does).
+    cells = cells.filter(status__in=chosen.status) if chosen.status else cells.exclude(status="archived")
+    if chosen.queue:
+        known = set(
+            DeadLetterCount.objects.filter(source_queue__in=chosen.queue).values_list("source_queue", flat=True)
+        )
+        if known != set(chosen.queue):
+            # A name the counters do not know may be an original queue: only the query can answer.
+            return None
+        cells = cells.filter(source_queue__in=chosen.queue)
+    if chosen.pattern:
+        cells = cells.filter(pattern_id__in=chosen.pattern)
+    if chosen.reason:
+        cells = cells.filter(failure_reason__in=chosen.reason)
+    return int(cells.aggregate(total=Sum("count"))["total"] or 0)

@@ -52,7 +52,7 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-PATTERN_PAGE_SIZE = 100
+PATTERN_PAGE_SIZE = 50
 PATTERN_SORTS = {
     "waiting": ("-waiting", "-last_seen_at"),
     "total": ("-total_count", "-last_seen_at"),
@@ -71,8 +71,14 @@ def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     queues = selectors.queue_summaries()
-    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
-    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
+    day_starts = selectors.bucket_starts(now=now, width=dt.timedelta(hours=1), buckets=24)
+    hour_starts = selectors.bucket_starts(now=now, width=dt.timedelta(minutes=5), buckets=12)
+    # One pass of boundary probes serves both charts and the sparklines.
+    firsts = selectors.first_ids_by_moment(day_starts + hour_starts)
+    day_bounds = selectors.bounds_from(day_starts, firsts)
+    hour_bounds = selectors.bounds_from(hour_starts, firsts)
+    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24, bounds=day_bounds)
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12, bounds=hour_bounds)
     oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
     newest = [queue.newest_at for queue in queues if queue.newest_at]
     context = {
@@ -86,7 +92,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "hour": hour,
         "day_total": sum(count for _, count in day),
         "hour_total": sum(count for _, count in hour),
-        "top_patterns": selectors.top_patterns(limit=10, now=now),
+        "top_patterns": selectors.top_patterns(limit=10, now=now, bounds=day_bounds),
         "backpressure": selectors.backpressure(),
         "alerts": selectors.firing_alerts(),
         "operations": selectors.running_operations(),
@@ -168,8 +174,18 @@ def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
         "sorts": [(key, key.replace("_", " ")) for key in PATTERN_SORTS],
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
+        **_row_paths(),
     }
     return render(request, _partial(request, "deadletters/patterns.html", "table"), context)
+
+
+def _row_paths() -> dict[str, str]:
+    """Base paths the patterns table builds its per-row links from (reversing a URL per link is slow)."""
+    return {
+        "patterns_path": reverse("deadletters:patterns"),
+        "messages_path": reverse("deadletters:messages"),
+        "plan_path": reverse("operations:plan"),
+    }
 
 
 @require_GET
@@ -256,6 +272,9 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "body_size",
     )
     # Keyset pages: newest first; "before" walks to older rows, "after" back to newer ones. Never OFFSET.
+    if not error and selectors.counted_matches(chosen) == 0:
+        # The counters say nothing matches: no need to scan for it.
+        found = DeadLetter.objects.none()
     if after is not None:
         rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
         more_newer = len(rows) > PAGE_SIZE
@@ -291,6 +310,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "known_queues": _known_queues(),
         "filtered_pattern": FailurePattern.objects.filter(pk__in=chosen.pattern).first() if chosen.pattern else None,
         "page_size": PAGE_SIZE,
+        "only_archived": chosen.status == [DeadLetterStatus.ARCHIVED],
     }
     return render(request, _partial(request, "deadletters/messages.html", "results"), context)
 
@@ -436,7 +456,7 @@ def _pattern_fragment(
     row = selectors.PatternSummary(
         pattern=pattern, parked=counts.get(pattern.pk, 0), queues=queues.get(pattern.pk, []), trend=trend[pattern.pk]
     )
-    context = {"row": row, "pattern_actions": PATTERN_ACTIONS, "back_url": back_url}
+    context = {"row": row, "pattern_actions": PATTERN_ACTIONS, "back_url": back_url, **_row_paths()}
     return render(request, "deadletters/patterns.html#row", context)
 
 

@@ -8,10 +8,11 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core.amqp import connect
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern
 from dlqconsole.operations.models import Operation, OperationStatus
 from dlqconsole.operations.services import plan_operation, run_operation
 from tests.deadletters.page_world import many
@@ -94,7 +95,7 @@ def test_plan_page_shows_the_filter_and_an_estimate_from_the_counters(operator: 
     html = page.content.decode()
     assert page.status_code == 200
     assert "4 dead letters now" in html
-    assert "Request timed out after &lt;NUM&gt;ms" in html
+    assert escape(FailurePattern.objects.get(pk=letters[0].pattern_id).template) in html
     assert 'name="rate"' in html and 'name="canary_size"' in html
 
 

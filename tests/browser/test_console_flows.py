@@ -1,0 +1,225 @@
+"""Key flows in a real browser: sign in, find a pattern, plan and run a rate-limited retry, watch it reach
+100%, see the messages back on RabbitMQ, edit and retry one message; hostile payloads stay text."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from pika.adapters.blocking_connection import BlockingChannel
+from playwright.sync_api import Page, expect
+
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.operations.models import Operation, OperationStatus
+from tests.browser.conftest import Watched, declare_with_dlq, die_on_broker, drain, ingest_dlq, log_in, screenshot
+from tests.deadletters.page_world import ingest, letter
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def orders(amqp_channel: BlockingChannel, queue_name: Callable[[str], str]) -> Iterator[str]:
+    queue = queue_name("orders")
+    declare_with_dlq(amqp_channel, queue)
+    yield queue
+
+
+def test_sign_in_is_required_and_a_wrong_password_is_refused(page: Page, viewer: User, watched: Watched) -> None:
+    page.goto("/patterns/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/patterns/"))
+    screenshot(page, "login")
+
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", "wrong")
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Sign in")
+
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", "pw-" + viewer.username)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/patterns/$"))
+    assert not watched.page_errors
+
+
+def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
+    page: Page,
+    operator: User,
+    orders: str,
+    amqp_channel: BlockingChannel,
+    celery_worker: Callable[[], object],
+    watched: Watched,
+) -> None:
+    bodies = [json.dumps({"order": number}).encode() for number in range(12)]
+    die_on_broker(
+        amqp_channel,
+        orders,
+        bodies,
+        headers={"x-exception-type": "TimeoutError", "x-exception-message": "inventory timed out after 3000ms"},
+    )
+    stored = ingest_dlq(amqp_channel, orders + ".dlq", expect=12)
+    # Unrelated failures the retry must not touch.
+    ingest(letter(queue="billing", error="card declined for customer 9", error_type="CardError"))
+    celery_worker()
+
+    log_in(page, operator)
+    screenshot(page, "dashboard")
+    page.click("nav >> text=Patterns")
+    page.fill("#f-q", "inventory timed out")
+    page.press("#f-q", "Enter")
+    row = page.locator("#patterns tbody tr", has_text="inventory timed out after")
+    expect(row).to_have_count(1)
+    expect(page.locator("#patterns tbody tr")).to_have_count(1)
+    screenshot(page, "patterns")
+
+    row.locator("a", has_text="inventory timed out").click()
+    expect(page.locator("h1")).to_contain_text("Pattern #")
+    screenshot(page, "pattern")
+    page.click("text=Retry all")
+    expect(page.locator("h1")).to_have_text("Retry: plan")
+    expect(page.locator("text=12 dead letters now")).to_be_visible()
+    # A worker takes about two seconds of work per chunk: at 2/1s the bar moves in steps of four.
+    page.fill("#p-rate", "2/1s")
+    screenshot(page, "plan")
+    page.click("button:has-text('Make the plan')")
+
+    expect(page.locator("h1")).to_contain_text("Retry #")
+    operation = Operation.objects.get(kind="retry")
+    assert (operation.total, operation.rate, operation.status) == (12, "2/1s", OperationStatus.PLANNED)
+    expect(page.locator("#progress")).to_contain_text("Planned")
+    screenshot(page, "operation-planned")
+    page.click("button:has-text('Start: retry 12 messages')")
+
+    # The fragment polls every second: watch the bar move without reloading the page.
+    expect(page.locator("[data-testid=status]")).to_have_text(re.compile("Running|Done"), timeout=10000)
+    seen = set()
+    for _ in range(40):
+        seen.add(page.locator("[data-testid=progress]").get_attribute("aria-valuenow"))
+        if "100" in seen:
+            break
+        page.wait_for_timeout(250)
+    expect(page.locator("[data-testid=progress]")).to_have_attribute("aria-valuenow", "100", timeout=20000)
+    expect(page.locator("[data-testid=status]")).to_have_text("Done")
+    assert len(seen - {"0", "100"}) >= 1, f"the bar jumped straight to the end: {seen}"
+    screenshot(page, "operation-done")
+
+    back = drain(amqp_channel, orders)
+    assert sorted(body for _, body in back) == sorted(bodies)
+    for properties, _ in back:
+        assert not any(name.lower().startswith(("x-death", "x-first-death", "x-last-death")) for name in properties.headers)
+    assert set(DeadLetter.objects.filter(pk__in=[row.pk for row in stored]).values_list("status", flat=True)) == {
+        DeadLetterStatus.REPLAYED
+    }
+    assert DeadLetter.objects.filter(source_queue="billing.dlq", status=DeadLetterStatus.PARKED).count() == 1
+
+    page.click("nav >> text=Operations")
+    expect(page.locator("#operations")).to_contain_text(f"Retry #{operation.pk}")
+    screenshot(page, "operations")
+    assert not watched.dialogs and not watched.page_errors
+
+
+def test_operator_edits_and_retries_one_message(
+    page: Page,
+    operator: User,
+    orders: str,
+    amqp_channel: BlockingChannel,
+    celery_worker: Callable[[], object],
+    watched: Watched,
+) -> None:
+    die_on_broker(
+        amqp_channel,
+        orders,
+        [b'{"order": 41, "currency": "EUX"}'],
+        headers={"x-exception-type": "ValidationError", "x-exception-message": "unknown currency 'EUX'"},
+    )
+    (stored,) = ingest_dlq(amqp_channel, orders + ".dlq", expect=1)
+    celery_worker()
+
+    log_in(page, operator)
+    page.click("nav >> text=Messages")
+    page.fill("#f-text", "unknown currency")
+    page.click("button:has-text('Filter')")
+    expect(page.locator("#results tbody tr")).to_have_count(1)
+    screenshot(page, "messages")
+    page.click(f"#results >> text=#{stored.pk}")
+    expect(page.locator("h1")).to_contain_text(f"Dead letter #{stored.pk}")
+    expect(page.locator("[data-testid=payload]")).to_contain_text('"currency": "EUX"')
+    screenshot(page, "message")
+
+    page.click("text=Edit and retry…")
+    page.fill("#id_body", '{"order": 41, "currency": "EUR"}')
+    page.click("button:has-text('Show the changes')")
+    expect(page.locator("#diff .del")).to_contain_text('"currency": "EUX"')
+    expect(page.locator("#diff .add")).to_contain_text('"currency": "EUR"')
+    screenshot(page, "edit-and-retry")
+    page.click("button:has-text('Send the edited copy')")
+
+    expect(page.locator("h1")).to_contain_text("Edit and retry #")
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=20000)
+    back = drain(amqp_channel, orders)
+    assert [body for _, body in back] == [b'{"order": 41, "currency": "EUR"}']
+    stored.refresh_from_db()
+    assert bytes(stored.body) == b'{"order": 41, "currency": "EUX"}'
+    copy = DeadLetter.objects.get(edited_from=stored)
+    assert copy.status == DeadLetterStatus.REPLAYED
+
+    page.goto(f"/messages/{stored.pk}/")
+    expect(page.locator("#history")).to_contain_text(f"#{copy.pk}")
+    assert not watched.dialogs and not watched.page_errors
+
+
+def test_hostile_payload_header_and_error_are_shown_as_text(page: Page, viewer: User, watched: Watched) -> None:
+    (stored,) = ingest(
+        letter(
+            body=b"<script>alert('body')</script><img src=x onerror=\"alert('img')\">",
+            error="<script>alert('error')</script>",
+            error_type="<b>Bold</b>Error",
+            headers={"x-note": "<img src=x onerror=alert('header')>", "<svg onload=alert(1)>": "name"},
+            content_type="text/html",
+        )
+    )
+
+    log_in(page, viewer)
+    for path in ("/", "/patterns/", "/messages/", f"/messages/{stored.pk}/", f"/patterns/{stored.pattern_id}/"):
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+    page.goto(f"/messages/{stored.pk}/")
+
+    expect(page.locator("[data-testid=payload]")).to_have_text(
+        "<script>alert('body')</script><img src=x onerror=\"alert('img')\">"
+    )
+    expect(page.locator("[data-testid=header-value]", has_text="onerror=alert('header')")).to_be_visible()
+    expect(page.locator("pre", has_text="<script>alert('error')</script>")).to_be_visible()
+    assert page.locator("script", has_text="alert(").count() == 0
+    assert page.locator("img[src=x]").count() == 0
+    screenshot(page, "hostile-message")
+    assert watched.dialogs == []
+    assert not watched.page_errors
+
+
+def test_viewer_sees_no_recovery_controls(page: Page, viewer: User) -> None:
+    (stored,) = ingest(letter())
+
+    log_in(page, viewer)
+    page.goto(f"/messages/{stored.pk}/")
+    expect(page.locator("h1")).to_contain_text(f"Dead letter #{stored.pk}")
+    assert page.locator("a:has-text('Retry…'), a:has-text('Purge…'), a:has-text('Edit and retry…')").count() == 0
+    page.goto("/patterns/")
+    assert page.locator("#patterns button, #patterns a:has-text('Retry all')").count() == 0
+    page.goto("/operations/plan/?kind=purge&pattern=1")
+    expect(page.locator("body")).to_contain_text("Forbidden")
+
+
+def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -> None:
+    log_in(page, viewer)
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator("#panels")).to_contain_text("No dead letters parked.")
+
+    ingest(letter(queue="payments", error="gateway returned 502"))
+    page.locator("#panels .refresh a").click()
+
+    expect(page.locator("#panels")).to_contain_text("payments.dlq")
+    assert page.evaluate("window.__sameDocument") is True
+
