@@ -1,0 +1,177 @@
+"""End to end with the real pieces: consume_dlq, a Celery worker with its embedded beat, RabbitMQ, PostgreSQL and a
+local webhook receiver. With the default rules and intervals, the webhook hears about the first dead letter in an
+empty DLQ within 10 s, and hears the recovery once an archive operation has dealt with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from pika.adapters.blocking_connection import BlockingChannel
+
+from dlqconsole.alerts.defaults import install_default_rules
+from dlqconsole.alerts.models import AlertRule, Channel, EvaluationState
+from dlqconsole.alerts.services import save_channel
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.ingest.topology import declare_queue_topology
+from dlqconsole.operations.services import plan_operation, start_operation
+from tests.alerts.conftest import Receiver
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+
+
+def database_url() -> str:
+    """The test database, for the subprocesses (they must see what this test commits)."""
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; the processes said:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def celery_queue(amqp_channel: BlockingChannel) -> str:
+    """The Celery queue this process enqueues to (tasks started here must reach the worker started here),
+    emptied of whatever earlier tests left in it."""
+    name = settings.CELERY_TASK_DEFAULT_QUEUE
+    amqp_channel.queue_declare(queue=name, durable=True)
+    amqp_channel.queue_purge(queue=name)
+    return name
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="subprocesses need a shared PostgreSQL test database")
+def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_recovery(
+    receiver: Receiver,
+    queue_name: Callable[[str], str],
+    amqp_channel: BlockingChannel,
+    celery_queue: str,
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    # Default settings: the rules the data migration installs (a transactional test starts from a flushed
+    # database, so they are installed again) and a webhook channel attached to all of them.
+    install_default_rules(AlertRule)
+    save_channel(
+        channel=Channel(name="on-call webhook", kind="webhook", target=receiver.url),
+        actor=None,
+        attach_to_all_rules=True,
+    )
+    work_queue = queue_name("orders")
+    declare_queue_topology(name=work_queue)
+    dead_letter_queue = f"{work_queue}.dlq"
+    operator = User.objects.create_user("e2e-operator")
+    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
+        "DLQ_VAR_DIR": str(tmp_path),
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("DLQ_ALERT_EVALUATION_SECONDS", "DLQ_QUEUE_SAMPLE_SECONDS", "DLQ_QUEUES"):
+        env.pop(name, None)
+    log_path = tmp_path / "processes.log"
+    # The children keep their own copy of the log file; ours closes once they are started.
+    with log_path.open("wb") as log:
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, MANAGE, "consume_dlq", "--queues", dead_letter_queue], env=env, stdout=log, stderr=log
+            )
+        )
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "dlqconsole",
+                    "worker",
+                    "--beat",
+                    "--concurrency",
+                    "2",
+                    "--loglevel",
+                    "WARNING",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--queues",
+                    celery_queue,
+                    "--schedule",
+                    str(tmp_path / "celerybeat-schedule"),
+                ],
+                env=env,
+                stdout=log,
+                stderr=log,
+                cwd=settings.BASE_DIR,
+            )
+        )
+    # The beat is running and the worker evaluates: an evaluation tick has finished.
+    wait_until(
+        lambda: EvaluationState.objects.filter(ticks__gte=1).exists(),
+        timeout=60,
+        what="the first evaluation tick",
+        log=log_path,
+    )
+    assert receiver.received == []
+
+    amqp_channel.confirm_delivery()
+    amqp_channel.basic_publish(exchange="", routing_key=work_queue, body=b'{"order": 1}')
+    method, _properties, _body = amqp_channel.basic_get(work_queue)
+    assert method is not None
+    amqp_channel.basic_reject(method.delivery_tag, requeue=False)
+    dead_at = time.monotonic()
+
+    def about_the_dlq(event: str) -> Callable[..., bool]:
+        return lambda item: (
+            item.body.get("event") == event
+            and item.body.get("rule") == "Dead letters waiting"
+            and item.body.get("subject") == f"queue:{dead_letter_queue}"
+        )
+
+    firing = receiver.wait_for(about_the_dlq("firing"), timeout=15)
+    assert firing is not None, log_path.read_text()[-3000:]
+    assert firing.at - dead_at < 10
+    assert firing.body["value"] == 1 and firing.body["severity"] == "warning"
+
+    # Deal with it as an operator would: archive it through an operation, run by the same worker.
+    operation = plan_operation(kind="archive", filter={"queue": [dead_letter_queue]}, actor=operator)
+    assert operation.total == 1
+    start_operation(operation=operation, actor=operator)
+
+    resolved = receiver.wait_for(about_the_dlq("resolved"), timeout=30)
+    assert resolved is not None, log_path.read_text()[-3000:]
+    assert DeadLetter.objects.get().status == DeadLetterStatus.ARCHIVED
+    assert resolved.body["status"] == "resolved"
