@@ -354,3 +354,14 @@ def test_channel_page_hides_the_webhook_secret(client: Client, admin_user: User)
 
     assert "s3cr3t" not in html and "hooks.example.com" in html
     assert fragment.strip().startswith('<section id="channel-notifications"')
+
+
+def test_rules_page_lists_the_default_rules_with_their_thresholds(client: Client, admin_user: User) -> None:
+    login(client, admin_user)
+
+    html = client.get(reverse("alerts:rules")).content.decode()
+
+    for name in ("Dead letters waiting", "Dead-letter queue growing fast", "Work queue depth: emergency"):
+        assert name in html
+    assert "queue's emergency" in html
+    assert ">1 d<" in html
