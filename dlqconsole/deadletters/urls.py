@@ -12,6 +12,7 @@ urlpatterns = [
     path("patterns/<int:pk>/", views.pattern_detail, name="pattern"),
     path("patterns/<int:pk>/status/", views.pattern_status_change, name="pattern-status"),
     path("patterns/<int:pk>/assign/", views.pattern_assign, name="pattern-assign"),
+    path("patterns/<int:pk>/split/", views.pattern_split, name="pattern-split"),
     path("messages/", views.message_list, name="messages"),
     path("messages/export/", views.message_export, name="export"),
     path("messages/exports/<str:name>/", views.export_status, name="export-status"),

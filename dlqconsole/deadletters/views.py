@@ -42,6 +42,14 @@ from dlqconsole.deadletters.payload import (
     show_body,
     unified_diff,
 )
+from dlqconsole.deadletters.services import (
+    PatternError,
+    assign_pattern,
+    merge_patterns,
+    preview_split,
+    set_pattern_status,
+    split_pattern,
+)
 
 PAGE_SIZE = 50
 
@@ -213,6 +221,12 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         ),
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
+        "split": {
+            "name": request.GET.get("name", ""),
+            "regex": request.GET.get("regex", ""),
+            "header": request.GET.get("header", ""),
+            "previewed": bool(request.GET.get("previewed")),
+        },
     }
     return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
 
@@ -476,8 +490,6 @@ def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *
 
 @require_POST
 def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    from dlqconsole.deadletters.services import PatternError, set_pattern_status
-
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern, pk=pk)
     status = request.POST.get("status", "")
@@ -498,8 +510,6 @@ def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    from dlqconsole.deadletters.services import PatternError, assign_pattern
-
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern, pk=pk)
     back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
@@ -518,8 +528,6 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
-    from dlqconsole.deadletters.services import PatternError, merge_patterns
-
     require_role(request.user, OPERATOR)
     back_url = _back(request, reverse("deadletters:patterns"))
     try:
@@ -579,3 +587,30 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, "deadletters/message_edit.html", context, status=400)
     messages.success(request, "The edited copy was sent; the original is kept.")
     return redirect("operations:detail", pk=result.pk)
+
+
+@require_POST
+def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Split the dead letters matching a rule off into a new pattern: first a preview of how many, then the split."""
+    require_role(request.user, OPERATOR)
+    pattern = get_object_or_404(FailurePattern, pk=pk)
+    name = request.POST.get("name", "").strip()
+    regex = request.POST.get("regex", "")
+    header = request.POST.get("header", "").strip()
+    back_url = reverse("deadletters:pattern", args=[pattern.pk])
+    try:
+        if request.POST.get("action") != "split":
+            matching = preview_split(pattern=pattern, regex=regex, header=header)
+            messages.info(
+                request,
+                f"The rule takes {matching} of the newest dead letters of #{pattern.pk}. Press Split to do it.",
+            )
+            query = QueryDict(mutable=True)
+            query.update({"name": name, "regex": regex, "header": header, "previewed": "1"})
+            return redirect(f"{back_url}?{query.urlencode()}#split")
+        part = split_pattern(pattern=pattern, name=name, regex=regex, header=header, actor=request.user)
+    except PatternError as problem:
+        messages.error(request, str(problem))
+        return redirect(back_url)
+    messages.success(request, f"Split into pattern #{part.pk}.")
+    return redirect("deadletters:pattern", pk=part.pk)

@@ -72,6 +72,11 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     row = page.locator("#patterns tbody tr", has_text="inventory timed out after")
     expect(row).to_have_count(1)
     expect(page.locator("#patterns tbody tr")).to_have_count(1)
+    # Triage in place: the row is swapped by htmx, the page is not reloaded.
+    page.evaluate("window.__sameDocument = true")
+    row.locator("button", has_text="Acknowledge").click()
+    expect(row.locator(".chip")).to_have_text("Acknowledged")
+    assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "patterns")
 
     row.locator("a", has_text="inventory timed out").click()
@@ -108,7 +113,9 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     back = drain(amqp_channel, orders)
     assert sorted(body for _, body in back) == sorted(bodies)
     for properties, _ in back:
-        assert not any(name.lower().startswith(("x-death", "x-first-death", "x-last-death")) for name in properties.headers)
+        assert not any(
+            name.lower().startswith(("x-death", "x-first-death", "x-last-death")) for name in properties.headers
+        )
     assert set(DeadLetter.objects.filter(pk__in=[row.pk for row in stored]).values_list("status", flat=True)) == {
         DeadLetterStatus.REPLAYED
     }
@@ -222,4 +229,3 @@ def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -
 
     expect(page.locator("#panels")).to_contain_text("payments.dlq")
     assert page.evaluate("window.__sameDocument") is True
-

@@ -1,0 +1,152 @@
+"""Triage from the pages: status changes, owner and note, merge and split, each checked for the role."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent, PatternStatus
+from tests.deadletters.page_world import many
+
+pytestmark = [pytest.mark.django_db]
+
+HX = {"HX-Request": "true"}
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_viewer_cannot_change_triage(viewer: User) -> None:
+    (stored,) = many(1)
+    pattern = FailurePattern.objects.get(pk=stored.pattern_id)
+    client = client_for(viewer)
+
+    responses = [
+        client.post(f"/patterns/{pattern.pk}/status/", {"status": "resolved"}),
+        client.post(f"/patterns/{pattern.pk}/assign/", {"take": "1", "note": "mine"}),
+        client.post("/patterns/merge/", {"target": pattern.pk, "sources": [pattern.pk]}),
+        client.post(f"/patterns/{pattern.pk}/split/", {"name": "x", "regex": "timed", "action": "split"}),
+    ]
+
+    assert [response.status_code for response in responses] == [403, 403, 403, 403]
+    pattern.refresh_from_db()
+    assert (pattern.status, pattern.owner_id, pattern.note) == (PatternStatus.OPEN, None, "")
+    assert not PatternEvent.objects.filter(kind__in=["status", "note", "split"]).exists()
+
+
+def test_operator_acknowledges_from_the_table_and_gets_the_row_back(operator: User) -> None:
+    (stored,) = many(1)
+    pattern = FailurePattern.objects.get(pk=stored.pattern_id)
+
+    response = client_for(operator).post(
+        f"/patterns/{pattern.pk}/status/",
+        {"status": "acknowledged", "fragment": "row", "next": "/patterns/"},
+        headers=HX,
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.strip().startswith(f'<tr id="pattern-{pattern.pk}">')
+    assert "Acknowledged" in html
+    pattern.refresh_from_db()
+    assert pattern.status == PatternStatus.ACKNOWLEDGED
+    assert PatternEvent.objects.filter(pattern=pattern, kind="status", to_status="acknowledged").exists()
+    assert AuditEntry.objects.filter(action="pattern.status", actor=operator).exists()
+
+
+def test_status_change_without_javascript_redirects_back(operator: User) -> None:
+    (stored,) = many(1)
+
+    response = client_for(operator).post(
+        f"/patterns/{stored.pattern_id}/status/", {"status": "ignored", "next": "/patterns/?status=active"}
+    )
+
+    assert response.status_code == 302 and response["Location"] == "/patterns/?status=active"
+    assert FailurePattern.objects.get(pk=stored.pattern_id).status == PatternStatus.IGNORED
+
+
+def test_status_change_refuses_a_redirect_elsewhere(operator: User) -> None:
+    (stored,) = many(1)
+
+    response = client_for(operator).post(
+        f"/patterns/{stored.pattern_id}/status/", {"status": "resolved", "next": "//evil.example/"}
+    )
+
+    assert response["Location"] == f"/patterns/{stored.pattern_id}/"
+
+
+def test_unknown_status_is_explained(operator: User) -> None:
+    (stored,) = many(1)
+
+    response = client_for(operator).post(
+        f"/patterns/{stored.pattern_id}/status/", {"status": "deleted", "fragment": "row"}, headers=HX
+    )
+
+    assert response.status_code == 400
+    assert "not a pattern status" in response.content.decode()
+
+
+def test_operator_takes_a_pattern_and_writes_a_note(operator: User) -> None:
+    (stored,) = many(1)
+
+    response = client_for(operator).post(
+        f"/patterns/{stored.pattern_id}/assign/", {"take": "1", "note": "<b>inventory</b> is down"}, headers=HX
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200 and html.strip().startswith('<section id="pattern-summary"')
+    assert "&lt;b&gt;inventory&lt;/b&gt; is down" in html
+    pattern = FailurePattern.objects.get(pk=stored.pattern_id)
+    assert (pattern.owner_id, pattern.note) == (operator.pk, "<b>inventory</b> is down")
+
+
+def test_operator_merges_patterns_and_the_counters_follow(operator: User) -> None:
+    timeouts = many(3)
+    declines = many(2, error="card declined", error_type="CardError")
+    target = FailurePattern.objects.get(pk=timeouts[0].pattern_id)
+    source = FailurePattern.objects.get(pk=declines[0].pattern_id)
+
+    response = client_for(operator).post(
+        "/patterns/merge/", {"target": target.pk, "sources": [source.pk, target.pk], "next": "/patterns/"}
+    )
+
+    assert response.status_code == 302
+    source.refresh_from_db()
+    assert source.merged_into_id == target.pk
+    assert DeadLetter.objects.filter(pattern=target).count() == 5
+    assert sum(DeadLetterCount.objects.filter(pattern=target).values_list("count", flat=True)) == 5
+    assert "/patterns/" in response["Location"]
+    listed = client_for(operator).get("/patterns/").content.decode()
+    assert f'id="pattern-{source.pk}"' not in listed and f'id="pattern-{target.pk}"' in listed
+
+
+def test_merge_without_a_source_is_explained(operator: User) -> None:
+    (stored,) = many(1)
+
+    client = client_for(operator)
+    response = client.post("/patterns/merge/", {"target": stored.pattern_id, "sources": [stored.pattern_id]})
+
+    assert response.status_code == 302
+    assert "Tick at least one pattern" in client.get(response["Location"]).content.decode()
+
+
+def test_operator_previews_then_splits_a_pattern(operator: User) -> None:
+    many(3, error="Request timed out after 3000ms")
+    letters = many(2, error="Request timed out after 1500ms")
+    pattern_id = letters[0].pattern_id
+    client = client_for(operator)
+    form = {"name": "Short timeouts", "regex": r"after 1500ms"}
+
+    preview = client.post(f"/patterns/{pattern_id}/split/", {**form, "action": "preview"})
+    page = client.get(preview["Location"]).content.decode()
+    split = client.post(f"/patterns/{pattern_id}/split/", {**form, "action": "split"})
+
+    assert "takes 2 of the newest dead letters" in page and 'value="split"' in page
+    part = FailurePattern.objects.get(template="Short timeouts")
+    assert split["Location"] == f"/patterns/{part.pk}/"
+    assert DeadLetter.objects.filter(pattern=part).count() == 2
