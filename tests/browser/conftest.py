@@ -19,10 +19,10 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
-from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, ViewportSize, sync_playwright
 
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.ingest.envelope import parse_envelope
+from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -35,8 +35,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-DESKTOP = {"width": 1366, "height": 900}
-PHONE = {"width": 375, "height": 812}
+DESKTOP: ViewportSize = {"width": 1366, "height": 900}
+PHONE: ViewportSize = {"width": 375, "height": 812}
 
 
 @pytest.fixture(scope="session")
@@ -144,8 +144,8 @@ def die_on_broker(
 
 def ingest_dlq(channel: BlockingChannel, dlq: str, *, expect: int) -> list[DeadLetter]:
     """Drain the DLQ into the database as consume_dlq does: parse, ingest, then ack."""
-    letters = []
-    tags = []
+    letters: list[ParsedDeadLetter] = []
+    tags: list[int] = []
     deadline = time.monotonic() + 10
     while len(letters) < expect and time.monotonic() < deadline:
         method, properties, body = channel.basic_get(queue=dlq)
@@ -162,7 +162,7 @@ def ingest_dlq(channel: BlockingChannel, dlq: str, *, expect: int) -> list[DeadL
 
 
 def drain(channel: BlockingChannel, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
-    found = []
+    found: list[tuple[pika.BasicProperties, bytes]] = []
     while True:
         method, properties, body = channel.basic_get(queue=queue, auto_ack=True)
         if method is None:
