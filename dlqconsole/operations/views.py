@@ -200,6 +200,10 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
     return {
         "operation": operation,
+        "filter_text": "; ".join(
+            f"{name} = {', '.join(map(str, value)) if isinstance(value, list) else value}"
+            for name, value in (operation.filter or {}).items()
+        ),
         "finished": operation.is_finished,
         "queues": sorted((breakdown.get("queue") or {}).items(), key=lambda item: -int(item[1])),
         "patterns": list(breakdown.get("pattern") or []),

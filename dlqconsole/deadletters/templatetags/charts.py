@@ -19,19 +19,26 @@ register = template.Library()
 
 @register.simple_tag
 def sparkline(values: Sequence[int], width: int = 120, height: int = 24, label: str = "") -> SafeString:
-    """A line of the values (oldest first), scaled to the largest; an empty series draws a flat line."""
+    """A line of the values (oldest first) over a light area, scaled to the largest, with a dot on the latest
+    value; an empty series draws a flat line."""
     points = list(values) or [0]
     peak = max(max(points), 1)
-    step = width / max(len(points) - 1, 1)
-    coordinates = " ".join(
-        f"{index * step:.1f},{height - 1 - (value / peak) * (height - 2):.1f}" for index, value in enumerate(points)
-    )
+    pad = 3
+    step = (width - 2 * pad) / max(len(points) - 1, 1)
+    coordinates = [
+        (pad + index * step, height - pad - (value / peak) * (height - 2 * pad)) for index, value in enumerate(points)
+    ]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
+    area = f"{pad:.1f},{height - pad:.1f} {line} {coordinates[-1][0]:.1f},{height - pad:.1f}"
+    last_x, last_y = coordinates[-1]
     total = sum(points)
-    title = escape(label or f"{total} in the last {len(points)} buckets, peak {max(points)}")
+    title = escape(label or f"{total} in the last {len(points)} buckets, peak {max(points)}, latest {points[-1]}")
     return mark_safe(  # noqa: S308  (numbers formatted above, the title escaped)
         f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{title}"><title>{title}</title>'
-        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coordinates}"/></svg>'
+        f'<polygon points="{area}" fill="currentColor" fill-opacity=".12" stroke="none"/>'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{line}"/>'
+        f'<circle cx="{last_x:.1f}" cy="{last_y:.1f}" r="2" fill="currentColor"/></svg>'
     )
 
 
@@ -59,6 +66,7 @@ def bar_chart(
         )
     first = timezone.localtime(buckets[0][0])
     last = timezone.localtime(buckets[-1][0])
+    first_label = f"{first:%a %H:%M}" if first.date() != last.date() else f"{first:%H:%M}"
     title = escape(label or f"{sum(counts)} in total")
     return mark_safe(  # noqa: S308  (numbers formatted above, every text escaped)
         f'<svg class="bars" viewBox="0 0 {width} {height}" role="img" '
@@ -66,7 +74,7 @@ def bar_chart(
         f'<text x="0" y="10" class="axis">peak {max(counts)}</text>'
         f'<line x1="0" x2="{width}" y1="{top + plot + 0.5}" y2="{top + plot + 0.5}" class="base"/>'
         f"{''.join(bars)}"
-        f'<text x="0" y="{height - 3}" class="axis">{first:%H:%M}</text>'
+        f'<text x="0" y="{height - 3}" class="axis">{first_label}</text>'
         f'<text x="{width}" y="{height - 3}" class="axis" text-anchor="end">{last:%H:%M}</text></svg>'
     )
 
