@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 from pika import BasicProperties
 from pika.adapters.blocking_connection import BlockingChannel
@@ -20,11 +21,11 @@ from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.demo import celery_app
 from dlqconsole.ingest.demo.service import CeleryWorker
-from dlqconsole.ingest.envelope import parse_envelope
-from dlqconsole.ingest.services import ingest_batch
 from dlqconsole.ingest.topology import declare_queue_topology
 
-pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+# consume_dlq runs in this process and manages its own transactions (commit, then ack), so the tests run
+# outside a wrapping transaction.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 
 def wait_for_depth(channel: BlockingChannel, queue: str, depth: int, timeout: float = 15.0) -> int:
@@ -37,21 +38,10 @@ def wait_for_depth(channel: BlockingChannel, queue: str, depth: int, timeout: fl
 
 
 def ingest_dlq(channel: BlockingChannel, dead_letter_queue: str, expected: int) -> list[DeadLetter]:
-    """Wait for `expected` dead letters and store them the way consume_dlq does: parse, one batch, ack after."""
+    """Wait for `expected` dead letters, drain the DLQ with the console's consume_dlq, return what it stored."""
     assert wait_for_depth(channel, dead_letter_queue, expected) == expected
-    letters = []
-    last_tag = None
-    while True:
-        method, properties, body = channel.basic_get(dead_letter_queue)
-        if method is None:
-            break
-        letters.append(
-            parse_envelope(source_queue=dead_letter_queue, body=body, properties=properties, now=timezone.now())
-        )
-        last_tag = method.delivery_tag
-    ingest_batch(letters=letters)
-    if last_tag is not None:
-        channel.basic_ack(last_tag, multiple=True)
+    call_command("consume_dlq", queues=dead_letter_queue, exit_when_idle=0.5)
+    assert channel.queue_declare(queue=dead_letter_queue, passive=True).method.message_count == 0
     return list(DeadLetter.objects.filter(source_queue=dead_letter_queue).order_by("id"))
 
 
