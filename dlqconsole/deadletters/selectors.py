@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
@@ -57,6 +59,19 @@ class Backpressure:
     level: str
     sampled_at: dt.datetime | None
     thresholds: tuple[int, int, int]
+
+
+@contextmanager
+def time_limit(*, milliseconds: int) -> Iterator[None]:
+    """Run the block in a transaction that PostgreSQL cancels after `milliseconds` (an OperationalError); a
+    no-op elsewhere. For reads that may scan (text searches), so a page cannot hold the database for minutes."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{int(milliseconds)}ms"])
+        yield
 
 
 def queue_summaries() -> list[QueueSummary]:

@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import messages
+from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
@@ -52,6 +53,8 @@ from dlqconsole.deadletters.services import (
 )
 
 PAGE_SIZE = 50
+# The messages page stops a search that runs longer than this (PostgreSQL) and asks for a narrower filter.
+PAGE_QUERY_TIMEOUT_MS = 5000
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -289,17 +292,16 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
     if not error and selectors.counted_matches(chosen) == 0:
         # The counters say nothing matches: no need to scan for it.
         found = DeadLetter.objects.none()
-    if after is not None:
-        rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
-        more_newer = len(rows) > PAGE_SIZE
-        rows = list(reversed(rows[:PAGE_SIZE]))
-        more_older = bool(rows)
-    else:
-        page = found.filter(pk__lt=before) if before is not None else found
-        rows = list(page.order_by("-id").only(*columns)[: PAGE_SIZE + 1])
-        more_older = len(rows) > PAGE_SIZE
-        rows = rows[:PAGE_SIZE]
-        more_newer = before is not None
+    try:
+        with selectors.time_limit(milliseconds=PAGE_QUERY_TIMEOUT_MS):
+            rows, more_newer, more_older = _keyset_page(found, before=before, after=after, columns=columns)
+    except OperationalError:
+        # Text and payload searches scan rows; on a large table a rare match can take long. Say so, do not hang.
+        error = (
+            f"This search took longer than {PAGE_QUERY_TIMEOUT_MS / 1000:g} s and was stopped. Narrow it with a "
+            "queue, a pattern or a time range (since / until)."
+        )
+        rows, more_newer, more_older = [], False, False
     patterns = FailurePattern.objects.in_bulk({row.pattern_id for row in rows})
     for row in rows:
         row.pattern_cached = patterns.get(row.pattern_id)  # type: ignore[attr-defined]
@@ -327,6 +329,19 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "only_archived": chosen.status == [DeadLetterStatus.ARCHIVED],
     }
     return render(request, _partial(request, "deadletters/messages.html", "results"), context)
+
+
+def _keyset_page(
+    found: QuerySet[DeadLetter], *, before: int | None, after: int | None, columns: tuple[str, ...]
+) -> tuple[list[DeadLetter], bool, bool]:
+    """One page newest first, and whether there are newer and older pages: keyset on the id, never OFFSET."""
+    if after is not None:
+        rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
+        more_newer = len(rows) > PAGE_SIZE
+        return list(reversed(rows[:PAGE_SIZE])), more_newer, bool(rows)
+    page = found.filter(pk__lt=before) if before is not None else found
+    rows = list(page.order_by("-id").only(*columns)[: PAGE_SIZE + 1])
+    return rows[:PAGE_SIZE], before is not None, len(rows) > PAGE_SIZE
 
 
 @require_GET

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.utils.html import escape
 
-from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters import selectors, views
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
@@ -362,3 +362,26 @@ def test_archived_messages_are_hidden_until_asked_for(viewer_client: Client) -> 
 
     assert f"#{stored.pk}<" not in default
     assert f"#{stored.pk}<" in archived
+
+
+def test_a_search_that_runs_too_long_is_stopped_and_explained(
+    viewer_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many(1)
+
+    def slow_page(*args: object, **kwargs: object) -> object:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(2)")
+        raise AssertionError("the time limit did not stop the query")
+
+    monkeypatch.setattr(views, "PAGE_QUERY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(views, "_keyset_page", slow_page)
+
+    response = viewer_client.get("/messages/?text=anything", headers=HX)
+
+    assert response.status_code == 200
+    assert "took longer than 0.05 s and was stopped" in response.content.decode()
+    # The connection is usable afterwards, without the limit.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.1), 1")
+        assert cursor.fetchone()[1] == 1
