@@ -247,7 +247,8 @@ def _read_properties(parsed: ParsedDeadLetter, properties: Any, now: dt.datetime
     for name in PROPERTY_NAMES:
         value = getattr(properties, name, None)
         if value is not None:
-            stored[name] = value if type(value) is str or type(value) is int else jsonsafe.encode(value)
+            plain = type(value) is int or (type(value) is str and "\x00" not in value)
+            stored[name] = value if plain else jsonsafe.encode(value)
     parsed.properties = stored
     parsed.message_id = _column(parsed, "message_id", stored.get("message_id") and properties.message_id)
     parsed.correlation_id = _column(
@@ -423,14 +424,18 @@ def _read_error_headers(parsed: ParsedDeadLetter, headers: dict[str, Any]) -> No
         if previous is None or rank < previous[0]:
             found[field_name] = (rank, value)
     for field_name, (_, value) in found.items():
+        what = field_name.replace("_", " ")
         limit = TEXT_LIMITS[field_name]
-        text = value[:limit] if type(value) is str else jsonsafe.to_text(value, limit=limit)
-        if field_name == "error_message" or field_name == "stack_trace":
-            if "\x00" in text:
-                text = text.replace("\x00", "\ufffd")
+        if type(value) is str:
+            text = value
+        elif isinstance(value, bytes):
+            text = value.decode("utf-8", "replace")
+            if "\ufffd" in text:
+                parsed.parse_errors.append(f"{what} is not UTF-8 text")
         else:
-            text = _column(parsed, field_name.replace("_", " "), text, limit=limit)
-        setattr(parsed, field_name, text)
+            text = jsonsafe.to_text(value, limit=limit + 1)
+        # The column keeps what fits; the whole value stays in the stored headers.
+        setattr(parsed, field_name, _column(parsed, what, text, limit=limit))
     if not parsed.error_type and parsed.error_message:
         # "ValueError: bad id 42" carries its type in front of the message, as Python and Java print them.
         head, separator, rest = parsed.error_message.partition(": ")
