@@ -125,6 +125,8 @@ def test_large_export_is_written_in_the_background_and_downloaded_by_its_owner(
 
     ready = viewer_client.get(started["Location"], headers={"HX-Request": "true"})
     assert ready.status_code == 286 and "Download" in ready.content.decode()
+    page = viewer_client.get(started["Location"])
+    assert page.status_code == 200 and "<html" in page.content.decode() and "Download" in page.content.decode()
     download = viewer_client.get(started["Location"] + "?download=1")
     rows = list(csv.DictReader(io.StringIO(b"".join(download.streaming_content).decode())))  # type: ignore[attr-defined]
     assert len(rows) == 8
