@@ -92,6 +92,9 @@ STATUS_TOKENS = frozenset(prefix + str(code) for code in range(100, 600) for pre
 # classification; it is emptied when full, which bounds the memory taken by one-off ids.
 _TOKEN_CACHE: dict[str, str] = {}
 TOKEN_CACHE_SIZE = 50000
+# Whole answers by (error type, message, stack trace, fallback); smaller, since its keys can be long.
+_FINGERPRINT_CACHE: dict[tuple[str, str, str, str], Fingerprint] = {}
+FINGERPRINT_CACHE_SIZE = 20000
 # Keys by (error type, template): most messages repeat a template, and a lookup is cheaper than a hash.
 _KEY_CACHE: dict[tuple[str, str], str] = {}
 
@@ -225,6 +228,25 @@ def split_error_type(message: str) -> tuple[str, str]:
 def fingerprint(*, error_type: str, message: str, stack_trace: str = "", fallback: str = "") -> Fingerprint:
     """Key and template of one failure. `fallback` names the failure when there is no error text at all
     (for example the broker's death reason and the original queue)."""
+    # The same failure text recurs (one outage, thousands of dead letters): remember the answer.
+    cache_key = (error_type, message, stack_trace, fallback)
+    found = _FINGERPRINT_CACHE.get(cache_key)
+    if found is None:
+        found = _fingerprint(error_type=error_type, message=message, stack_trace=stack_trace, fallback=fallback)
+        if len(_FINGERPRINT_CACHE) >= FINGERPRINT_CACHE_SIZE:
+            _FINGERPRINT_CACHE.clear()
+        _FINGERPRINT_CACHE[cache_key] = found
+    return found
+
+
+def clear_caches() -> None:
+    """Forget every cached answer (benchmarks measure the work, not the caches)."""
+    _FINGERPRINT_CACHE.clear()
+    _TOKEN_CACHE.clear()
+    _KEY_CACHE.clear()
+
+
+def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: str) -> Fingerprint:
     trace = stack_trace
     if not trace and stacktrace.looks_like_trace(message):
         # Some services send the whole printed exception as the message; group it as a trace, and fall back

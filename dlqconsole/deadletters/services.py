@@ -234,10 +234,14 @@ def absorb_pattern(
     # Keep merge chains one hop long: what pointed at the source now points at the target.
     FailurePattern.objects.filter(merged_into_id=source.pk).update(merged_into_id=target.pk)
     FingerprintRule.objects.filter(scope_id=source.pk).update(scope_id=target.pk)
+    absorbed_total = source.total_count
+    # The source's history now belongs to the target (the events say how much it brought), so that the totals
+    # of all patterns still add up to the dead letters ever ingested.
+    target.total_count += source.total_count
     source.merged_into = target
     source.merged_at = now
-    source.save(update_fields=["merged_into", "merged_at"])
-    target.total_count += source.total_count
+    source.total_count = 0
+    source.save(update_fields=["merged_into", "merged_at", "total_count"])
     target.first_seen_at = min(target.first_seen_at, source.first_seen_at)
     target.last_seen_at = max(target.last_seen_at, source.last_seen_at)
     fields = ["total_count", "first_seen_at", "last_seen_at"]
@@ -261,7 +265,7 @@ def absorb_pattern(
             PatternEvent(
                 pattern=target,
                 kind=PatternEvent.Kind.MERGED,
-                detail=f"Absorbed #{source.pk} ({moved} dead letters): {detail}",
+                detail=f"Absorbed #{source.pk} ({moved} dead letters, {absorbed_total} in all): {detail}",
                 actor=user,
                 created_at=now,
             ),

@@ -126,8 +126,13 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
 
 
 def _acceptable(form: tuple[str, ...]) -> bool:
-    wildcards = sum(1 for token in form if is_wildcard(token))
-    fixed_words = sum(1 for token in form if _word(token))
+    wildcards = 0
+    fixed_words = 0
+    for token in form:
+        if token.endswith(WILDCARD):
+            wildcards += 1
+        elif token.lstrip()[:1].isalpha():
+            fixed_words += 1
     return fixed_words >= 1 and wildcards <= fixed_words
 
 

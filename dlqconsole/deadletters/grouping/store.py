@@ -22,7 +22,7 @@ from django.db import connection
 
 from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
-from dlqconsole.deadletters.grouping.engine import cluster_of, patterns_of_cluster
+from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, patterns_of_cluster
 from dlqconsole.deadletters.models import (
     FailurePattern,
     Fingerprint,
@@ -60,7 +60,7 @@ def file_fingerprints(
     exist, such as rules'), creating what is missing. Holds a share lock on those fingerprint rows until the
     transaction ends, so a merge or split of their patterns waits for this batch to commit."""
     keys = sorted(set(candidates) | set(extra_keys))
-    known = set(Fingerprint.objects.filter(key__in=sorted(candidates)).values_list("key", flat=True))
+    known = _existing(sorted(candidates))
     new = [candidates[key] for key in sorted(candidates) if key not in known]
     if new:
         clusters: dict[tuple[str, str, int], list[Candidate]] = defaultdict(list)
@@ -71,9 +71,8 @@ def file_fingerprints(
                 singles.append(candidate)
             else:
                 clusters[cluster].append(candidate)
-        # Always in the same order, so two consumers that need the same clusters cannot deadlock.
-        for cluster in sorted(clusters):
-            _file_cluster(cluster, clusters[cluster], now=now)
+        if clusters:
+            _file_clusters(clusters, now=now)
         if singles:
             _file_singles(singles, now=now)
     return read_filing(keys)
@@ -87,16 +86,30 @@ def read_filing(keys: Iterable[str]) -> dict[str, int]:
     filing: dict[str, int] = {}
     with connection.cursor() as cursor:
         for start in range(0, len(ordered), CHUNK):
-            part = ordered[start : start + CHUNK]
-            cursor.execute(
-                f"SELECT key, pattern_id FROM {table} WHERE key IN ({','.join(['%s'] * len(part))}) ORDER BY key{lock}",
-                part,
-            )
+            condition, params = _key_in(ordered[start : start + CHUNK])
+            cursor.execute(f"SELECT key, pattern_id FROM {table} WHERE {condition} ORDER BY key{lock}", params)
             filing.update((str(key), int(pattern_id)) for key, pattern_id in cursor.fetchall())
-    # Fingerprints always point at a surviving pattern (merges repoint them); this only guards against rows
-    # written before that rule, at the cost of one indexed query.
-    final = resolve(set(filing.values()))
-    return {key: final[pattern_id] for key, pattern_id in filing.items()}
+    # Every merge repoints the fingerprints of the pattern it merges away, under the lock this read waits
+    # for, so the patterns read here are surviving ones: no merge chain to follow.
+    return filing
+
+
+def _existing(keys: list[str]) -> set[str]:
+    table = Fingerprint._meta.db_table
+    found: set[str] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(keys), CHUNK):
+            condition, params = _key_in(keys[start : start + CHUNK])
+            cursor.execute(f"SELECT key FROM {table} WHERE {condition}", params)
+            found.update(str(row[0]) for row in cursor.fetchall())
+    return found
+
+
+def _key_in(keys: list[str]) -> tuple[str, list[Any]]:
+    # One array parameter on PostgreSQL: hundreds of placeholders cost more to send than the query to run.
+    if connection.vendor == "postgresql":
+        return "key = ANY(%s)", [keys]
+    return f"key IN ({','.join(['%s'] * len(keys))})", list(keys)
 
 
 def resolve(pattern_ids: Iterable[int]) -> dict[int, int]:
@@ -122,17 +135,19 @@ def cluster_key(error_type: str, reason: str, token_count: int) -> str:
     return hashlib.sha1(f"{error_type}\x00{reason}\x00{token_count}".encode(), usedforsecurity=False).hexdigest()
 
 
-def _lock_cluster(error_type: str, reason: str, token_count: int, now: dt.datetime) -> int:
-    key = cluster_key(error_type, reason, token_count)
+def _lock_clusters(clusters: Iterable[tuple[str, str, int]], *, now: dt.datetime) -> dict[tuple[str, str, int], int]:
+    """Create the cluster rows that are missing and lock them all, in key order (so two consumers that need
+    the same clusters cannot deadlock). Returns {cluster: id}."""
+    by_key = {cluster_key(*cluster): cluster for cluster in clusters}
     PatternCluster.objects.bulk_create(
         [
-            PatternCluster(
-                key=key, error_type=error_type, failure_reason=reason, token_count=token_count, created_at=now
-            )
+            PatternCluster(key=key, error_type=error_type, failure_reason=reason, token_count=count, created_at=now)
+            for key, (error_type, reason, count) in sorted(by_key.items())
         ],
         ignore_conflicts=True,
     )
-    return int(PatternCluster.objects.select_for_update().values_list("pk", flat=True).get(key=key))
+    locked = PatternCluster.objects.select_for_update().filter(key__in=sorted(by_key)).order_by("key")
+    return {by_key[key]: pk for key, pk in locked.values_list("key", "pk")}
 
 
 def _insert_patterns(
@@ -199,43 +214,47 @@ def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
     )
 
 
-def _file_cluster(cluster: tuple[str, str, int], candidates: list[Candidate], *, now: dt.datetime) -> None:
-    error_type, reason, token_count = cluster
-    cluster_id = _lock_cluster(error_type, reason, token_count, now)
-    existing = {
-        key: Member(tuple(tokens), pattern_id, auto_pattern_id)
-        for key, tokens, pattern_id, auto_pattern_id in Fingerprint.objects.filter(cluster_id=cluster_id).values_list(
-            "key", "tokens", "pattern_id", "auto_pattern_id"
-        )
-    }
-    fresh = {candidate.found.key: candidate for candidate in candidates if candidate.found.key not in existing}
-    if not fresh:
-        # Another consumer filed them while this one waited for the lock.
-        return
-    members = {key: member.tokens for key, member in existing.items()}
-    members.update({key: candidate.found.tokens for key, candidate in fresh.items()})
-    groups = patterns_of_cluster(error_type, members)
-    transient = next(iter(fresh.values())).transient
-    rows = sorted(
-        {
-            (
-                group.key,
-                group.template,
-                error_type,
-                reason,
-                transient,
-                PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT,
-            )
-            for group in groups.values()
-        }
+def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now: dt.datetime) -> None:
+    """New text fingerprints: lock their clusters, mine each with everything already in it, store the groups.
+    A constant number of queries for the whole batch, whatever the number of clusters."""
+    cluster_ids = _lock_clusters(clusters, now=now)
+    existing: dict[int, dict[str, Member]] = defaultdict(dict)
+    rows = Fingerprint.objects.filter(cluster_id__in=sorted(cluster_ids.values())).values_list(
+        "cluster_id", "key", "tokens", "pattern_id", "auto_pattern_id"
     )
-    ids, created = _insert_patterns(rows, now=now)
-    changes = {
-        key: ids[groups[key].key] for key, member in existing.items() if ids[groups[key].key] != member.auto_pattern_id
-    }
-    if changes:
-        _regroup(existing=existing, changes=changes, created=created, now=now)
-    final = resolve({ids[groups[key].key] for key in fresh})
+    for cluster_id, key, tokens, pattern_id, auto_pattern_id in rows:
+        existing[cluster_id][key] = Member(tuple(tokens), pattern_id, auto_pattern_id)
+    plans: list[tuple[int, str, dict[str, Candidate], dict[str, Pattern]]] = []
+    pattern_rows: dict[str, tuple[str, str, str, str, bool, str]] = {}
+    for cluster, candidates in sorted(clusters.items()):
+        error_type, reason, _ = cluster
+        cluster_id = cluster_ids[cluster]
+        members = existing[cluster_id]
+        fresh = {candidate.found.key: candidate for candidate in candidates if candidate.found.key not in members}
+        if not fresh:
+            # Another consumer filed them while this one waited for the lock.
+            continue
+        tokens = {key: member.tokens for key, member in members.items()}
+        tokens.update({key: candidate.found.tokens for key, candidate in fresh.items()})
+        groups = patterns_of_cluster(error_type, tokens)
+        transient = next(iter(fresh.values())).transient
+        for group in groups.values():
+            origin = PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT
+            pattern_rows.setdefault(group.key, (group.key, group.template, error_type, reason, transient, origin))
+        plans.append((cluster_id, error_type, fresh, groups))
+    if not plans:
+        return
+    ids, created = _insert_patterns([pattern_rows[key] for key in sorted(pattern_rows)], now=now)
+    for cluster_id, _, _, groups in plans:
+        members = existing[cluster_id]
+        changes = {
+            key: ids[groups[key].key]
+            for key, member in members.items()
+            if ids[groups[key].key] != member.auto_pattern_id
+        }
+        if changes:
+            _regroup(existing=members, changes=changes, created=created, now=now)
+    final = resolve({ids[groups[key].key] for _, _, fresh, groups in plans for key in fresh})
     Fingerprint.objects.bulk_create(
         [
             Fingerprint(
@@ -249,6 +268,7 @@ def _file_cluster(cluster: tuple[str, str, int], candidates: list[Candidate], *,
                 auto_pattern_id=ids[groups[key].key],
                 created_at=now,
             )
+            for cluster_id, error_type, fresh, groups in plans
             for key, candidate in sorted(fresh.items())
         ],
         ignore_conflicts=True,
