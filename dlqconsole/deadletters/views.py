@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
@@ -51,6 +52,7 @@ from dlqconsole.deadletters.services import (
     set_pattern_status,
     split_pattern,
 )
+from dlqconsole.operations.models import OperationItem
 
 PAGE_SIZE = 50
 # The messages page stops a search that runs longer than this (PostgreSQL) and asks for a narrower filter.
@@ -380,11 +382,7 @@ def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
     return chain
 
 
-def _operation_history(dead_letter: DeadLetter) -> list[Any]:
-    try:
-        from dlqconsole.operations.models import OperationItem
-    except ImportError:
-        return []
+def _operation_history(dead_letter: DeadLetter) -> list[OperationItem]:
     return list(
         OperationItem.objects.filter(dead_letter_id=dead_letter.pk).select_related("operation").order_by("-id")[:50]
     )
@@ -417,7 +415,7 @@ def message_body(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def message_export(request: HtmxHttpRequest) -> HttpResponseBase:
-    """Stream the filtered set as CSV or JSON lines; past EXPORT_STREAM_LIMIT rows, offer a background job."""
+    """Stream the filtered set as CSV or JSON lines; past exports.STREAM_LIMIT rows, offer a background job."""
     query = request.GET if request.method == "GET" else request.POST
     export_format = query.get("format", "csv")
     if export_format not in exports.FORMATS:
@@ -452,7 +450,7 @@ def export_status(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
         request, _partial(request, "deadletters/export_status.html", "state"), {"export": found, "name": name}
     )
     if request.htmx and found.state != "running":
-        response.status_code = 286  # htmx: stop polling
+        response.status_code = HttpResponseStopPolling.status_code
     return response
 
 
