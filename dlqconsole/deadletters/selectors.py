@@ -386,10 +386,10 @@ def firing_alerts(*, limit: int = 20) -> list[Any]:
 
 
 def running_operations(*, limit: int = 20) -> list[Any]:
-    """Operations that are not finished (planned, canary, running, paused), newest first."""
-    from dlqconsole.operations.models import Operation
+    """Operations under way (canary, running, paused), newest first; plans nobody started are left out."""
+    from dlqconsole.operations.models import Operation, OperationStatus
 
-    return list(Operation.objects.unfinished().order_by("-id")[:limit])
+    return list(Operation.objects.unfinished().exclude(status=OperationStatus.PLANNED).order_by("-id")[:limit])
 
 
 def counted_matches(chosen: DeadLetterFilter) -> int | None:

@@ -261,3 +261,15 @@ def test_changes_need_the_csrf_token(operator: User) -> None:
 
     assert response.status_code == 403
     assert Operation.objects.count() == 0
+
+
+def test_dashboard_lists_operations_under_way_but_not_idle_plans(operator: User) -> None:
+    letters = many(2)
+    idle = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+    paused = plan_operation(kind="retry", filter={"ids": [letters[1].pk]}, actor=operator)
+    Operation.objects.filter(pk=paused.pk).update(status=OperationStatus.PAUSED)
+
+    html = client_for(operator).get("/", headers=HX).content.decode()
+
+    assert f"Retry #{paused.pk}" in html
+    assert f"Archive #{idle.pk}" not in html
