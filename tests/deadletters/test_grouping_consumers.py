@@ -1,16 +1,18 @@
-"""The same stream of dead letters through one consume_dlq process and through two competing ones (real
-RabbitMQ, real PostgreSQL, real processes) ends in the same patterns."""
+"""Concurrent consumers end in the same patterns as one: two batches filed at the same moment, and the same
+stream through one consume_dlq process and through two competing ones (real RabbitMQ, PostgreSQL, processes)."""
 
 from __future__ import annotations
 
 import json
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
+from django.db import connection
 
 from dlqconsole.deadletters.models import (
     DeadLetter,
@@ -20,7 +22,8 @@ from dlqconsole.deadletters.models import (
     PatternCluster,
     PatternEvent,
 )
-from tests.deadletters.conftest import assert_counts_exact
+from dlqconsole.ingest.services import ingest_batch
+from tests.deadletters.conftest import assert_counts_exact, make_letter
 from tests.ingest.conftest import (
     ConsumerProcess,
     DeadLetterQueue,
@@ -155,3 +158,33 @@ def test_two_consumers_make_the_same_patterns_as_one(
     assert all("received" in process.output and "0 database errors" in process.output for process in pair)
     assert_counts_exact()
     assert queue_depth(queue.dlq) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_consumers_filing_look_alikes_at_the_same_time_end_with_one_pattern() -> None:
+    names = [("alice", "bob"), ("carol", "dave"), ("erin", "frank")]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def consume(name: str) -> None:
+        try:
+            letters = [make_letter(f"{kind} {name} not found") for kind in ("user", "tenant", "queue")]
+            barrier.wait(timeout=10)
+            ingest_batch(letters=letters)
+        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
+            errors.append(error)
+        finally:
+            connection.close()
+
+    for pair in names:
+        threads = [threading.Thread(target=consume, args=(name,)) for name in pair]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+
+    assert not errors
+    active = sorted(FailurePattern.objects.active().values_list("template", flat=True))
+    assert active == ["queue <*> not found", "tenant <*> not found", "user <*> not found"]
+    assert FailurePattern.objects.active().get(template="user <*> not found").total_count == 6
+    assert_counts_exact()

@@ -159,39 +159,3 @@ def test_grouping_is_the_same_whatever_order_the_messages_arrive_in(ingest: Inge
 
     assert one_batch == one_by_one == reversed_pairs
     assert len(set(one_batch.values())) == 4
-
-
-@pytest.mark.django_db(transaction=True)
-def test_two_consumers_filing_look_alikes_at_the_same_time_end_with_one_pattern() -> None:
-    import threading
-
-    from django.db import connection
-
-    from dlqconsole.ingest.services import ingest_batch
-
-    names = [("alice", "bob"), ("carol", "dave"), ("erin", "frank")]
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def consume(name: str, round_: int) -> None:
-        try:
-            letters = [make_letter(f"{kind} {name} not found") for kind in ("user", "tenant", "queue")]
-            barrier.wait(timeout=10)
-            ingest_batch(letters=letters)
-        except BaseException as error:  # noqa: BLE001  (reported by the main thread)
-            errors.append(error)
-        finally:
-            connection.close()
-
-    for round_, pair in enumerate(names):
-        threads = [threading.Thread(target=consume, args=(name, round_)) for name in pair]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=30)
-
-    assert not errors
-    active = sorted(FailurePattern.objects.active().values_list("template", flat=True))
-    assert active == ["queue <*> not found", "tenant <*> not found", "user <*> not found"]
-    assert FailurePattern.objects.active().get(template="user <*> not found").total_count == 6
-    assert_counts_exact()
