@@ -88,8 +88,9 @@ def _schedule(ids: list[int], *, now: dt.datetime) -> int:
     if not policies:
         return 0
     candidates = list(
-        DeadLetter.objects.select_for_update()
+        DeadLetter.objects.select_for_update(no_key=True)
         .filter(pk__in=ids, status=DeadLetterStatus.PARKED, next_retry_at__isnull=True, retry_exhausted=False)
+        .order_by("pk")
         .values_list("pk", "source_queue", "original_queue", "failure_reason", "pattern_id", "replay_count")
     )
     due_at: dict[dt.datetime, list[int]] = defaultdict(list)
@@ -128,7 +129,7 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
     now = now or timezone.now()
     with transaction.atomic():
         due = list(
-            DeadLetter.objects.select_for_update(skip_locked=True)
+            DeadLetter.objects.select_for_update(skip_locked=True, no_key=True)
             .filter(status=DeadLetterStatus.SCHEDULED, next_retry_at__lte=now)
             .order_by("next_retry_at")
             .values_list("pk", "source_queue", "original_queue", "failure_reason", "pattern_id")[:limit]

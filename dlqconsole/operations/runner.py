@@ -1,13 +1,23 @@
 """The run loop of an operation: claim it, work through its frozen items in chunks, record every outcome.
 
-A chunk goes through three steps, each its own transaction or broker round:
-1. take: lock the chunk's items and dead letters, skip the ones that changed since planning, mark the rest in
-   flight (dead letters `replaying`) and commit, so a worker killed from here on leaves a record;
+A chunk of a retry or move goes through three steps:
+1. take: lock the chunk's items and dead letters, skip what changed since planning (or what another operation is
+   publishing right now), mark the rest in flight and commit, so a worker killed from here on leaves a record;
 2. publish: windowed confirms, paced by the shared rate limiter, with a heartbeat every couple of seconds that
    also notices a pause, a cancel or a new rate;
 3. record: confirmed ones become published (dead letters replayed or moved), returned or refused ones failed,
    never-sent ones go back to pending; ones sent but unconfirmed (the connection died) stay in flight and are
-   published again, counted as possible duplicates.
+   published again on the next take, counted as possible duplicates.
+
+A dead letter keeps its status while its message is in flight: the in-flight item is the claim, checked under the
+dead letter's row lock by every other operation's take. (Changing the status twice per message would double the
+writes to the widest, most indexed table; see bench/replay.py.)
+
+Outside a transaction (a Celery worker) the heavy database work runs on a second thread with its own connection:
+while the main thread publishes batch N, that lane records batch N-1 and reads batch N+1 ahead (messages and all,
+no locks). The take stays on the main thread, right before its publish, and a batch is half a chunk, so at most a
+chunk is in flight at any moment (one batch publishing, one whose record has not landed). Inside a transaction
+(tests wrapped in one) everything runs in order on the caller's connection; the steps are the same.
 
 Only one worker runs an operation at a time: it claims the row with a conditional UPDATE and keeps a heartbeat;
 the sweeper hands an operation whose heartbeat went stale to another worker.
@@ -21,10 +31,12 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -41,7 +53,7 @@ from dlqconsole.core.publish import (
     Outcome,
     PublishError,
 )
-from dlqconsole.core.ratelimit import Grant, Rate, RateLimiter, RateLimiterUnavailable, get_rate_limiter, parse_rate
+from dlqconsole.core.ratelimit import Grant, Rate, RateLimiter, get_rate_limiter, parse_rate
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
@@ -67,7 +79,7 @@ logger = logging.getLogger(__name__)
 RETURN_CHECK_SECONDS = 2.0
 # A share of returns means little before this many replays.
 RETURN_SHARE_MIN_SAMPLE = 20
-# Broker or limiter failures in a row before the operation pauses, and the backoff between tries.
+# Broker or limiter failures in a row before the operation pauses.
 CONNECTION_ATTEMPTS = 3
 TICK_SECONDS = 2.0
 # The rate limiter hands out the tokens due within this many seconds in one round trip.
@@ -86,27 +98,32 @@ LETTER_FIELDS = (
     "body",
     "replay_count",
 )
-
-
-@dataclass
-class _Item:
-    pk: int
-    dead_letter_id: int
-    status: str
-    attempts: int
-    previous_status: str
+BUSY = "another operation is publishing it right now"
 
 
 @dataclass
 class _Claimed:
-    item: _Item
+    item_pk: int
+    resumed: bool
     letter: DeadLetter
     destination: Destination
-    previous_status: str
 
 
-def _counted(letter: DeadLetter, status: str | None = None) -> CountedRow:
-    return CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, status or letter.status)
+@dataclass
+class _Read:
+    """An item read ahead (no lock, nothing marked) with its dead letter's message (None if it is gone)."""
+
+    item_pk: int
+    letter: DeadLetter | None
+
+
+@dataclass
+class _Take:
+    """What a take claimed for publishing, and how many failed at once (a missing exchange) with which error."""
+
+    claimed: list[_Claimed] = field(default_factory=list)
+    failed: int = 0
+    error: str = ""
 
 
 class _Pacer:
@@ -137,6 +154,28 @@ class _Pacer:
         return 0.0
 
 
+class _Lane:
+    """Runs database steps: on a thread of their own (its own connection), or in order on the caller's."""
+
+    def __init__(self, *, threaded: bool) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="operation-db") if threaded else None
+
+    def submit(self, step: Callable[..., Any], *args: Any) -> Future[Any]:
+        if self.executor is not None:
+            return self.executor.submit(step, *args)
+        future: Future[Any] = Future()
+        try:
+            future.set_result(step(*args))
+        except Exception as error:  # noqa: BLE001  (raised again by result(), as with the thread)
+            future.set_exception(error)
+        return future
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.submit(connections.close_all).result()
+            self.executor.shutdown()
+
+
 class OperationRunner:
     """Runs one operation until it is done, paused, cancelled, waiting for its canary, or claimed elsewhere.
 
@@ -156,6 +195,17 @@ class OperationRunner:
         self.pacer: _Pacer | None = None
         self.last_return_check = 0.0
         self.limiter: RateLimiter | None = None
+        # Used by the database lane only: pending items are read by keyset from here, and items left in flight
+        # (by a dead worker, or by a lost connection) are looked for first when this is set.
+        self.cursor = 0
+        self.look_for_in_flight = True
+        self.new_status = DeadLetterStatus.REPLAYED
+        # Confirmed in this run, counted as the confirms arrive (the recorded count lags a chunk behind).
+        self.confirmed = 0
+        self.succeeded_at_start = 0
+        self.lane = _Lane(threaded=False)
+        self.prefetched: Future[list[_Read]] | None = None
+        self.recording: list[Future[None]] = []
 
     # The loop ------------------------------------------------------------------------------------------------
 
@@ -163,46 +213,77 @@ class OperationRunner:
         """Run the operation if no live worker holds it; False when it was not ours to run."""
         if not self._claim():
             return False
+        # A transaction around us (tests) would hide its rows from a second connection.
+        self.lane = _Lane(threaded=not connection.in_atomic_block)
         try:
             self._loop()
+            self._settle()
         except Exception as error:
             logger.exception("operation %s stopped by an error", self.operation_id)
             self._pause(f"stopped by an error: {error!r}"[:2000], error=repr(error))
+            try:
+                self._settle()
+            except Exception:  # noqa: BLE001  (what is left in flight is published again on resume, and counted)
+                logger.exception("operation %s: could not give back its prefetched chunk", self.operation_id)
         finally:
             self._close_publisher()
+            self.lane.close()
             Operation.objects.filter(pk=self.operation_id, runner=self.token).update(runner="")
         return True
 
     def _loop(self) -> None:
+        kind, self.succeeded_at_start = (
+            Operation.objects.filter(pk=self.operation_id).values_list("kind", "succeeded").get()
+        )
+        self.new_status = DeadLetterStatus.MOVED if kind == OperationKind.MOVE else DeadLetterStatus.REPLAYED
         while True:
             operation = Operation.objects.get(pk=self.operation_id)
             if operation.runner != self.token:
                 return
             if operation.status == OperationStatus.CANCELLED:
+                self._settle()
                 finalize_cancelled(operation=operation)
                 return
             if operation.status not in ACTIVE_STATUSES:
                 return
             self._sync_rate(operation.rate)
             limit = self._chunk_size()
-            if operation.status == OperationStatus.CANARY:
+            running = operation.status == OperationStatus.RUNNING
+            if not running:
+                # The canary counts what is recorded: nothing may be pending in the lane.
+                self._settle()
+                operation.refresh_from_db()
                 if operation.canary_until is not None:
                     if not self._canary_waited(operation):
                         return
                     continue
                 limit = min(limit, operation.canary_size - operation.processed)
-            items = self._next_items(limit) if limit > 0 else []
-            if not items:
-                if operation.status == OperationStatus.CANARY and self._has_work():
-                    self._start_canary_wait(operation)
+            if limit <= 0:
+                found = False
+            elif operation.publishes:
+                found = self._publish_round(operation, limit, prefetch=running)
+            else:
+                found = self._change_round(operation, limit)
+            if not found:
+                self._settle()
+                if not running and self._has_work():
+                    self._start_canary_wait()
                     continue
                 self._finish(operation)
                 return
-            if operation.publishes:
-                self._publish_items(operation, items)
-            else:
-                self._change_items(operation, items)
             self._check_returns(force=False)
+
+    def _settle(self) -> None:
+        """Wait for the database lane: forget a batch read ahead (it is read again later), let every record land."""
+        if self.prefetched is not None:
+            reads = self.prefetched.result()
+            self.prefetched = None
+            if reads:
+                # The lane is idle now, so its cursor may be moved back from here.
+                self.cursor = min(self.cursor, reads[0].item_pk - 1)
+        for future in self.recording:
+            future.result()
+        self.recording = []
 
     def _claim(self) -> bool:
         now = timezone.now()
@@ -249,14 +330,23 @@ class OperationRunner:
         if previous is not None:
             self.pacer.wanted.update(previous.wanted)
 
-    def _next_items(self, limit: int) -> list[_Item]:
-        """Items left in flight by a worker that died (or by a lost connection) first, then pending ones."""
-        fields = ("pk", "dead_letter_id", "status", "attempts", "previous_status")
-        items = OperationItem.objects.filter(operation_id=self.operation_id)
-        rows = list(items.filter(status=ItemStatus.IN_FLIGHT).order_by("pk").values_list(*fields)[:limit])
-        if not rows:
-            rows = list(items.filter(status=ItemStatus.PENDING).order_by("pk").values_list(*fields)[:limit])
-        return [_Item(*row) for row in rows]
+    def _next_items(self, limit: int, *, resume: bool = True) -> list[tuple[int, int, str]]:
+        """(pk, dead letter id, status) of the next items: ones left in flight first (when there may be some),
+        then pending ones after the cursor.
+
+        `resume=False` while a chunk of this run is in flight (a prefetch): its items are in flight too, and must
+        not be taken for leftovers."""
+        items = OperationItem.objects.filter(operation_id=self.operation_id).order_by("pk")
+        fields = ("pk", "dead_letter_id", "status")
+        if resume and self.look_for_in_flight:
+            rows = list(items.filter(status=ItemStatus.IN_FLIGHT).values_list(*fields)[:limit])
+            if rows:
+                return rows
+            self.look_for_in_flight = False
+        rows = list(items.filter(status=ItemStatus.PENDING, pk__gt=self.cursor).values_list(*fields)[:limit])
+        if rows:
+            self.cursor = rows[-1][0]
+        return rows
 
     def _has_work(self) -> bool:
         return OperationItem.objects.filter(
@@ -265,21 +355,31 @@ class OperationRunner:
 
     # Archive, restore, purge ---------------------------------------------------------------------------------
 
-    def _change_items(self, operation: Operation, items: list[_Item]) -> None:
+    def _change_round(self, operation: Operation, limit: int) -> bool:
+        items = self._next_items(limit)
+        if not items:
+            return False
+        self._change_items(operation, items)
+        return True
+
+    def _change_items(self, operation: Operation, items: list[tuple[int, int, str]]) -> None:
         now = timezone.now()
         allowed = eligible_statuses(operation.kind, operation.filter.get("status"))
         with transaction.atomic():
             locked = list(
                 OperationItem.objects.select_for_update()
-                .filter(pk__in=[item.pk for item in items], status__in=[ItemStatus.PENDING, ItemStatus.IN_FLIGHT])
+                .filter(pk__in=[item[0] for item in items], status__in=[ItemStatus.PENDING, ItemStatus.IN_FLIGHT])
                 .values_list("pk", "dead_letter_id")
             )
             letters = {
                 row[0]: CountedRow(*row[1:])
-                for row in DeadLetter.objects.select_for_update()
+                # A purge deletes, so it takes the full lock; the others leave the key alone (see _take).
+                for row in DeadLetter.objects.select_for_update(no_key=operation.kind != OperationKind.PURGE)
                 .filter(pk__in=[dead_letter_id for _, dead_letter_id in locked])
+                .order_by("pk")
                 .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
             }
+            busy = _busy_elsewhere(list(letters), operation_id=self.operation_id)
             done: list[int] = []
             letter_ids: list[int] = []
             skipped: dict[int, str] = {}
@@ -287,6 +387,8 @@ class OperationRunner:
                 row = letters.get(dead_letter_id)
                 if row is None:
                     skipped[item_pk] = "the dead letter no longer exists"
+                elif dead_letter_id in busy:
+                    skipped[item_pk] = BUSY
                 elif row.status not in allowed:
                     skipped[item_pk] = f"its status is now {row.status}"
                 else:
@@ -312,17 +414,57 @@ class OperationRunner:
 
     # Retry, move, edit and retry -----------------------------------------------------------------------------
 
-    def _publish_items(self, operation: Operation, items: list[_Item]) -> None:
-        claimed = self._take(operation, items)
-        if not claimed:
-            return
+    def _publish_round(self, operation: Operation, limit: int, *, prefetch: bool) -> bool:
+        """Publish one batch. With `prefetch`, the lane records the previous batch and reads the next one while this
+        one goes out; a batch is then half a chunk, so at most a chunk is ever in flight (one batch publishing, one
+        whose record has not landed). False when nothing is left."""
+        if prefetch:
+            limit = max(1, limit // 2)
+        # A fresh read runs after every earlier record (the lane keeps order): nothing of ours is in flight then.
+        read_ahead = self.prefetched is not None
+        read_future = self.prefetched or self.lane.submit(self._read_next, limit, True)
+        self.prefetched = None
+        reads = read_future.result()
+        if not reads and read_ahead:
+            # Reads ahead see pending items only: before calling it done, look once more for leftovers in flight
+            # (from a worker that died, or from a lost connection) with nothing of ours in flight.
+            self._settle()
+            self.look_for_in_flight = True
+            reads = self.lane.submit(self._read_next, limit, True).result()
+        if not reads:
+            return False
+        if prefetch:
+            self.prefetched = self.lane.submit(self._read_next, limit, False)
+        take = self._take(operation, reads)
+        if take.failed:
+            self._count_failures(take.failed, take.error)
+        if not take.claimed:
+            return True
         try:
             publisher = self._open_publisher()
         except PublishError as error:
-            self._record(operation, claimed, outcomes={}, publish_error=str(error))
-            return
-        by_key: dict[Hashable, _Claimed] = {entry.letter.pk: entry for entry in claimed}
-        messages = [
+            self._record_now(take.claimed, outcomes={}, publish_error=str(error))
+            self._settle()
+            self._count_connection_failure(str(error))
+            return True
+        outcomes = publisher.publish(
+            self._messages(take.claimed), delay_for=self._delay_for(take.claimed), on_tick=self._heartbeat
+        )
+        lost = publisher.error or ("" if publisher.is_open else "the connection to RabbitMQ was lost")
+        by_key: dict[Hashable, Outcome] = {outcome.key: outcome for outcome in outcomes}
+        self._count_outcomes(outcomes)
+        if lost and any(outcome.status not in (CONFIRMED, RETURNED, NACKED) for outcome in outcomes):
+            # Nothing more goes out on this chunk's heels: record it, give back the prefetched one, back off.
+            self._record_now(take.claimed, outcomes=by_key, publish_error=lost)
+            self._settle()
+            self._count_connection_failure(lost)
+        else:
+            self.recording = [future for future in self.recording if not _landed(future)]
+            self.recording.append(self.lane.submit(self._record, take.claimed, by_key, lost))
+        return True
+
+    def _messages(self, claimed: list[_Claimed]) -> list[Message]:
+        return [
             Message(
                 key=entry.letter.pk,
                 exchange=entry.destination.exchange,
@@ -337,107 +479,100 @@ class OperationRunner:
             )
             for entry in claimed
         ]
+
+    def _delay_for(self, claimed: list[_Claimed]) -> Callable[[Message], float] | None:
         pacer = self.pacer
-        delay_for: Callable[[Message], float] | None = None
-        if pacer is not None:
-            for entry in claimed:
-                pacer.wanted[entry.destination.limit_key] += 1
+        if pacer is None:
+            return None
+        keys: dict[Hashable, str] = {entry.letter.pk: entry.destination.limit_key for entry in claimed}
+        for key in keys.values():
+            pacer.wanted[key] += 1
 
-            def delay_for(message: Message) -> float:
-                # The pacer of the moment: an operator may change (or lift) the rate while this chunk runs.
-                current = self.pacer
-                return 0.0 if current is None else current.delay_for(by_key[message.key].destination.limit_key)
+        def delay_for(message: Message) -> float:
+            # The pacer of the moment: an operator may change (or lift) the rate while this chunk runs.
+            current = self.pacer
+            return 0.0 if current is None else current.delay_for(keys[message.key])
 
-        outcomes = publisher.publish(messages, delay_for=delay_for, on_tick=self._heartbeat, tick_seconds=TICK_SECONDS)
-        self._record(
-            operation,
-            claimed,
-            outcomes={outcome.key: outcome for outcome in outcomes},
-            publish_error=publisher.error or ("" if publisher.is_open else "the connection to RabbitMQ was lost"),
-        )
+        return delay_for
 
-    def _take(self, operation: Operation, items: list[_Item]) -> list[_Claimed]:
-        """Lock the chunk, settle what cannot be published, mark the rest in flight; return the rest."""
+    def _read_next(self, limit: int, resume: bool) -> list[_Read]:
+        """The next items and their messages, read without locks: the wide read happens off the critical path."""
+        items = self._next_items(limit, resume=resume)
+        letters = {
+            letter.pk: letter
+            for letter in DeadLetter.objects.filter(pk__in=[item[1] for item in items]).only(*LETTER_FIELDS)
+        }
+        return [_Read(item_pk, letters.get(dead_letter_id)) for item_pk, dead_letter_id, _ in items]
+
+    def _take(self, operation: Operation, reads: list[_Read]) -> _Take:
+        """Lock the batch, settle what cannot be published, mark the rest in flight; return the rest.
+
+        Statuses are read again under the locks: what was read ahead may have changed since (the message itself
+        never does)."""
         now = timezone.now()
         allowed = eligible_statuses(operation.kind, operation.filter.get("status"))
+        messages = {read.item_pk: read.letter for read in reads}
         with transaction.atomic():
-            locked = [
-                _Item(*row)
-                for row in OperationItem.objects.select_for_update()
-                .filter(pk__in=[item.pk for item in items], status__in=[ItemStatus.PENDING, ItemStatus.IN_FLIGHT])
+            locked = list(
+                OperationItem.objects.select_for_update()
+                .filter(pk__in=list(messages), status__in=[ItemStatus.PENDING, ItemStatus.IN_FLIGHT])
                 .order_by("pk")
-                .values_list("pk", "dead_letter_id", "status", "attempts", "previous_status")
-            ]
-            letters = {
-                letter.pk: letter
-                for letter in DeadLetter.objects.select_for_update()
-                .filter(pk__in=[item.dead_letter_id for item in locked])
-                .only(*LETTER_FIELDS)
+                .values_list("pk", "dead_letter_id", "status")
+            )
+            current = {
+                row[0]: CountedRow(*row[1:])
+                # FOR NO KEY UPDATE, in id order: ingest linking a boomerang to one of these (a foreign key check
+                # takes KEY SHARE) neither waits for us nor deadlocks with us.
+                for row in DeadLetter.objects.select_for_update(no_key=True)
+                .filter(pk__in=[dead_letter_id for _, dead_letter_id, _ in locked])
+                .order_by("pk")
+                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
             }
+            busy = _busy_elsewhere(list(current), operation_id=self.operation_id)
             skipped: dict[int, str] = {}
             candidates: list[_Claimed] = []
-            for item in locked:
-                letter = letters.get(item.dead_letter_id)
-                if letter is None:
-                    skipped[item.pk] = "the dead letter no longer exists"
+            for item_pk, dead_letter_id, status in locked:
+                letter = messages[item_pk]
+                row = current.get(dead_letter_id)
+                if letter is None or row is None:
+                    skipped[item_pk] = "the dead letter no longer exists"
                     continue
-                if item.status == ItemStatus.IN_FLIGHT:
-                    if letter.status != DeadLetterStatus.REPLAYING:
-                        skipped[item.pk] = f"its status is now {letter.status}"
-                        continue
-                    previous = item.previous_status or DeadLetterStatus.PARKED
+                letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status = row
+                if dead_letter_id in busy:
+                    skipped[item_pk] = BUSY
                 elif letter.status not in allowed:
-                    skipped[item.pk] = f"its status is now {letter.status}"
-                    continue
+                    skipped[item_pk] = f"its status is now {letter.status}"
+                elif (destination := self._destination(operation, letter)) is None:
+                    skipped[item_pk] = "no known destination: no queue, exchange or routing key in its x-death"
                 else:
-                    previous = letter.status
-                destination = self._destination(operation, letter)
-                if destination is None:
-                    skipped[item.pk] = "no known destination: no queue, exchange or routing key in its x-death"
-                    continue
-                candidates.append(_Claimed(item=item, letter=letter, destination=destination, previous_status=previous))
+                    candidates.append(_Claimed(item_pk, status == ItemStatus.IN_FLIGHT, letter, destination))
             problems = self._destination_problems({entry.destination for entry in candidates})
             failed = [entry for entry in candidates if problems.get(entry.destination)]
             claimed = [entry for entry in candidates if not problems.get(entry.destination)]
 
-            fresh = [entry for entry in claimed if entry.item.status == ItemStatus.PENDING]
-            DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in fresh]).update(
-                status=DeadLetterStatus.REPLAYING, status_changed_at=now, next_retry_at=None
+            OperationItem.objects.filter(pk__in=[entry.item_pk for entry in claimed]).update(
+                status=ItemStatus.IN_FLIGHT, attempts=F("attempts") + 1
             )
-            count_status_change([_counted(entry.letter) for entry in fresh], to_status=DeadLetterStatus.REPLAYING)
-            by_previous: dict[str, list[int]] = defaultdict(list)
-            for entry in fresh:
-                by_previous[entry.previous_status].append(entry.item.pk)
-            for previous, pks in by_previous.items():
-                OperationItem.objects.filter(pk__in=pks).update(
-                    status=ItemStatus.IN_FLIGHT, attempts=F("attempts") + 1, previous_status=previous
-                )
-            resumed = [entry.item.pk for entry in claimed if entry.item.status == ItemStatus.IN_FLIGHT]
-            OperationItem.objects.filter(pk__in=resumed).update(attempts=F("attempts") + 1)
-            for entry in claimed:
-                entry.item.attempts += 1
-
             DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in failed]).update(
                 status=DeadLetterStatus.FAILED, status_changed_at=now, next_retry_at=None
             )
             count_status_change([_counted(entry.letter) for entry in failed], to_status=DeadLetterStatus.FAILED)
             _mark_items(
-                {entry.item.pk: problems[entry.destination] for entry in failed},
+                {entry.item_pk: problems[entry.destination] for entry in failed},
                 status=ItemStatus.FAILED,
-                destinations={entry.item.pk: str(entry.destination) for entry in failed},
+                destinations={entry.item_pk: str(entry.destination) for entry in failed},
             )
             _mark_items(skipped, status=ItemStatus.SKIPPED)
             Operation.objects.filter(pk=self.operation_id).update(
                 skipped=F("skipped") + len(skipped),
                 failed=F("failed") + len(failed),
                 in_flight=len(claimed),
-                # Items taken again after an uncertain publish may reach their queue twice: say so.
-                duplicates=F("duplicates") + len(resumed),
+                # Items published again after an uncertain publish may reach their queue twice: say so.
+                duplicates=F("duplicates") + sum(entry.resumed for entry in claimed),
                 heartbeat_at=now,
             )
-        if failed:
-            self._count_failures(len(failed), problems[failed[-1].destination])
-        return claimed
+        error = problems[failed[-1].destination] if failed else ""
+        return _Take(claimed=claimed, failed=len(failed), error=error)
 
     def _destination(self, operation: Operation, letter: DeadLetter) -> Destination | None:
         if operation.kind == OperationKind.MOVE:
@@ -468,95 +603,77 @@ class OperationRunner:
                 self.destination_problems[destination] = found.get(bare, "")
         return {destination: self.destination_problems[destination] for destination in destinations}
 
-    def _record(
-        self, operation: Operation, claimed: list[_Claimed], *, outcomes: dict[Hashable, Outcome], publish_error: str
-    ) -> None:
+    def _record_now(self, claimed: list[_Claimed], *, outcomes: dict[Hashable, Outcome], publish_error: str) -> None:
+        self.lane.submit(self._record, claimed, outcomes, publish_error).result()
+
+    def _record(self, claimed: list[_Claimed], outcomes: dict[Hashable, Outcome], publish_error: str) -> None:
         now = timezone.now()
-        succeeded: list[tuple[_Claimed, dt.datetime]] = []
-        failed: list[tuple[_Claimed, str, dt.datetime | None]] = []
-        unsent: list[_Claimed] = []
-        uncertain = 0
-        streak_error = ""
+        new_status = self.new_status
+        rows: list[tuple[int, str, dt.datetime | None, str, str]] = []
+        outcome_of: dict[int, str] = {}
+        unsent: list[int] = []
+        uncertain: list[int] = []
+        last_error = ""
         for entry in claimed:
             outcome = outcomes.get(entry.letter.pk) or Outcome(entry.letter.pk, NOT_SENT, publish_error)
-            published_at = outcome.published_at
-            moment = dt.datetime.fromtimestamp(published_at, tz=dt.UTC) if published_at else None
-            if outcome.status == CONFIRMED and moment is not None:
-                succeeded.append((entry, moment))
+            moment = dt.datetime.fromtimestamp(outcome.published_at, tz=dt.UTC) if outcome.published_at else None
+            if outcome.status == CONFIRMED:
+                rows.append((entry.item_pk, ItemStatus.PUBLISHED, moment, str(entry.destination), ""))
+                outcome_of[entry.letter.pk] = new_status
             elif outcome.status in (RETURNED, NACKED):
-                failed.append((entry, outcome.error, moment))
-                streak_error = outcome.error
+                rows.append((entry.item_pk, ItemStatus.FAILED, moment, str(entry.destination), outcome.error[:2000]))
+                outcome_of[entry.letter.pk] = DeadLetterStatus.FAILED
+                last_error = outcome.error
             elif outcome.status == NOT_SENT:
-                unsent.append(entry)
+                unsent.append(entry.item_pk)
             else:
-                uncertain += 1
-        new_status = DeadLetterStatus.MOVED if operation.kind == OperationKind.MOVE else DeadLetterStatus.REPLAYED
+                uncertain.append(entry.item_pk)
         with transaction.atomic():
-            items = []
-            for entry, moment in succeeded:
-                items.append(
-                    OperationItem(
-                        pk=entry.item.pk,
-                        status=ItemStatus.PUBLISHED,
-                        published_at=moment,
-                        destination=str(entry.destination),
-                        error="",
-                    )
-                )
-            for entry, error, moment in failed:
-                items.append(
-                    OperationItem(
-                        pk=entry.item.pk,
-                        status=ItemStatus.FAILED,
-                        published_at=moment,
-                        destination=str(entry.destination),
-                        error=error[:2000],
-                    )
-                )
-            OperationItem.objects.bulk_update(items, ["status", "published_at", "destination", "error"], batch_size=500)
-            ok_ids = [entry.letter.pk for entry, _ in succeeded]
-            DeadLetter.objects.filter(pk__in=ok_ids).update(
-                status=new_status, status_changed_at=now, replay_count=F("replay_count") + 1
-            )
-            count_status_change(
-                [_counted(entry.letter, DeadLetterStatus.REPLAYING) for entry, _ in succeeded], to_status=new_status
-            )
-            DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry, _, _ in failed]).update(
-                status=DeadLetterStatus.FAILED, status_changed_at=now
-            )
-            count_status_change(
-                [_counted(entry.letter, DeadLetterStatus.REPLAYING) for entry, _, _ in failed],
-                to_status=DeadLetterStatus.FAILED,
-            )
-            # Never sent: give the dead letters back as they were and the items back to pending.
-            by_previous: dict[str, list[_Claimed]] = defaultdict(list)
-            for entry in unsent:
-                by_previous[entry.previous_status].append(entry)
-            for previous, entries in by_previous.items():
-                DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in entries]).update(
-                    status=previous, status_changed_at=now
-                )
-                count_status_change(
-                    [_counted(entry.letter, DeadLetterStatus.REPLAYING) for entry in entries], to_status=previous
-                )
-            OperationItem.objects.filter(pk__in=[entry.item.pk for entry in unsent]).update(
-                status=ItemStatus.PENDING, attempts=F("attempts") - 1
-            )
+            # The statuses and patterns as they are now (a policy may have scheduled one meanwhile, a merge moved
+            # it to another pattern): the counters move from there.
+            current = {
+                row[0]: CountedRow(*row[1:])
+                for row in DeadLetter.objects.select_for_update(no_key=True)
+                .filter(pk__in=list(outcome_of))
+                .order_by("pk")
+                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
+            }
+            _record_items(rows)
+            for status in (new_status, DeadLetterStatus.FAILED):
+                ids = [pk for pk, outcome in outcome_of.items() if outcome == status and pk in current]
+                changes: dict[str, Any] = {"status": status, "status_changed_at": now, "next_retry_at": None}
+                if status == new_status:
+                    changes["replay_count"] = F("replay_count") + 1
+                DeadLetter.objects.filter(pk__in=ids).update(**changes)
+                count_status_change([current[pk] for pk in ids], to_status=status)
+            # Never sent: back to pending, as if never taken.
+            OperationItem.objects.filter(pk__in=unsent).update(status=ItemStatus.PENDING, attempts=F("attempts") - 1)
+            succeeded = sum(1 for outcome in outcome_of.values() if outcome == new_status)
             Operation.objects.filter(pk=self.operation_id).update(
-                succeeded=F("succeeded") + len(succeeded),
-                failed=F("failed") + len(failed),
-                in_flight=uncertain,
-                last_error=(publish_error or streak_error or F("last_error")),
+                succeeded=F("succeeded") + succeeded,
+                failed=F("failed") + len(outcome_of) - succeeded,
+                in_flight=len(uncertain),
+                last_error=(publish_error or last_error or F("last_error")),
                 heartbeat_at=now,
             )
-        if succeeded:
-            self.failure_streak = 0
-        if failed:
-            self._count_failures(len(failed), streak_error)
-        if publish_error and (uncertain or unsent):
-            self._count_connection_failure(publish_error)
-        elif succeeded or failed:
-            self.connection_failures = 0
+        if unsent:
+            self.cursor = min(self.cursor, min(unsent) - 1)
+        if uncertain:
+            self.look_for_in_flight = True
+
+    def _count_outcomes(self, outcomes: list[Outcome]) -> None:
+        """The circuit breaker: returned or refused publishes in a row (in confirm order) pause the operation."""
+        last_error = ""
+        for outcome in outcomes:
+            if outcome.status == CONFIRMED:
+                self.confirmed += 1
+                self.failure_streak = 0
+                self.connection_failures = 0
+            elif outcome.status in (RETURNED, NACKED):
+                self.failure_streak += 1
+                last_error = outcome.error
+        if last_error:
+            self._count_failures(0, last_error)
 
     def _count_failures(self, count: int, error: str) -> None:
         self.failure_streak += count
@@ -594,7 +711,8 @@ class OperationRunner:
 
     # Canary, returns, pausing, finishing ---------------------------------------------------------------------
 
-    def _start_canary_wait(self, operation: Operation) -> None:
+    def _start_canary_wait(self) -> None:
+        operation = Operation.objects.get(pk=self.operation_id)
         until = timezone.now() + dt.timedelta(seconds=operation.canary_wait_seconds)
         Operation.objects.filter(pk=self.operation_id, runner=self.token).update(canary_until=until)
 
@@ -632,7 +750,7 @@ class OperationRunner:
             return 0
         returned = count_returned(operation=operation)
         Operation.objects.filter(pk=self.operation_id).update(returned=returned)
-        published = operation.succeeded - operation.succeeded_baseline
+        published = max(operation.succeeded, self.succeeded_at_start + self.confirmed) - operation.succeeded_baseline
         fresh = returned - operation.returned_baseline
         if (
             may_pause
@@ -673,9 +791,34 @@ class OperationRunner:
             )
 
 
+def _counted(letter: DeadLetter) -> CountedRow:
+    return CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status)
+
+
+def _landed(future: Future[Any]) -> bool:
+    """A finished record step; its result() raises here if the step failed."""
+    if not future.done():
+        return False
+    future.result()
+    return True
+
+
+def _busy_elsewhere(dead_letter_ids: list[int], *, operation_id: int) -> set[int]:
+    """Dead letters another operation has in flight. Call it holding their row locks: a take that committed before
+    we got them is visible, and none can commit while we hold them."""
+    return set(
+        OperationItem.objects.filter(dead_letter_id__in=dead_letter_ids, status=ItemStatus.IN_FLIGHT)
+        .exclude(operation_id=operation_id)
+        .values_list("dead_letter_id", flat=True)
+    )
+
+
 def count_returned(*, operation: Operation) -> int:
     """Dead letters of this operation that came back after their replay (each counted once)."""
-    published = OperationItem.objects.filter(operation=operation, status=ItemStatus.PUBLISHED).values("dead_letter_id")
+    # In flight counts too: one that came back was published, even if its confirm is not recorded yet.
+    published = OperationItem.objects.filter(
+        operation=operation, status__in=[ItemStatus.PUBLISHED, ItemStatus.IN_FLIGHT]
+    ).values("dead_letter_id")
     # Boomerangs are new arrivals: the (status, ingested_at) index bounds the scan to what arrived since the start.
     return (
         DeadLetter.objects.filter(
@@ -690,36 +833,18 @@ def count_returned(*, operation: Operation) -> int:
 
 
 def finalize_cancelled(*, operation: Operation) -> None:
-    """Settle what a cancelled operation left: pending items are skipped, never-confirmed in-flight ones too (their
-    dead letters go back to the status they had). Only call it when no worker is publishing the operation."""
+    """Settle what a cancelled operation left: pending items and in-flight ones never confirmed are skipped (their
+    dead letters never changed). Only call it when no worker is publishing the operation."""
     now = timezone.now()
     with transaction.atomic():
         pending = OperationItem.objects.filter(operation=operation, status=ItemStatus.PENDING).update(
             status=ItemStatus.SKIPPED, error="cancelled"
         )
-        in_flight = list(
-            OperationItem.objects.select_for_update()
-            .filter(operation=operation, status=ItemStatus.IN_FLIGHT)
-            .values_list("pk", "dead_letter_id", "previous_status")
-        )
-        letters = {
-            row[0]: CountedRow(*row[1:])
-            for row in DeadLetter.objects.select_for_update()
-            .filter(pk__in=[row[1] for row in in_flight], status=DeadLetterStatus.REPLAYING)
-            .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
-        }
-        by_previous: dict[str, list[int]] = defaultdict(list)
-        for _, dead_letter_id, previous in in_flight:
-            if dead_letter_id in letters:
-                by_previous[previous or DeadLetterStatus.PARKED].append(dead_letter_id)
-        for previous, ids in by_previous.items():
-            DeadLetter.objects.filter(pk__in=ids).update(status=previous, status_changed_at=now)
-            count_status_change([letters[pk] for pk in ids], to_status=previous)
-        OperationItem.objects.filter(pk__in=[row[0] for row in in_flight]).update(
+        in_flight = OperationItem.objects.filter(operation=operation, status=ItemStatus.IN_FLIGHT).update(
             status=ItemStatus.SKIPPED, error="cancelled; it may have been published before its worker stopped"
         )
         Operation.objects.filter(pk=operation.pk).update(
-            skipped=F("skipped") + pending + len(in_flight),
+            skipped=F("skipped") + pending + in_flight,
             in_flight=0,
             finished_at=Coalesce("finished_at", Value(now)),
         )
@@ -739,6 +864,29 @@ def delete_dead_letters(*, ids: list[int]) -> None:
             cursor.execute(f"DELETE FROM {table} WHERE id IN ({', '.join(['%s'] * len(chunk))})", chunk)
 
 
+def _record_items(rows: list[tuple[int, str, dt.datetime | None, str, str]]) -> None:
+    """Write (pk, status, published_at, destination, error) of many items, a statement per thousand.
+
+    Each item has its own publish time, so one UPDATE per value will not do, and Django's bulk_update builds a
+    CASE per column with a branch per row, which costs seconds per thousand rows. UPDATE ... FROM a VALUES list
+    does the same in milliseconds (PostgreSQL, and SQLite 3.33 or newer).
+    """
+    table = connection.ops.quote_name(OperationItem._meta.db_table)
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start : start + 1000]
+        params: list[Any] = []
+        for pk, status, published_at, destination, error in chunk:
+            params += [pk, status, connection.ops.adapt_datetimefield_value(published_at), destination, error]
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH changed (id, status, published_at, destination, error) AS (VALUES {values}) "
+                f"UPDATE {table} SET status = changed.status, published_at = changed.published_at, "
+                f"destination = changed.destination, error = changed.error FROM changed WHERE {table}.id = changed.id",
+                params,
+            )
+
+
 def _mark_items(errors: dict[int, str], *, status: str, destinations: dict[int, str] | None = None) -> None:
     """Set items to `status` with their own error text (grouped, since most share one)."""
     grouped: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -751,6 +899,3 @@ def _mark_items(errors: dict[int, str], *, status: str, destinations: dict[int, 
 def run_operation(*, operation_id: int, continue_later: Callable[[float], None] | None = None) -> bool:
     """Run an operation in this process until it is done, paused or waiting; False if another worker holds it."""
     return OperationRunner(operation_id, continue_later=continue_later).run()
-
-
-__all__ = ["OperationRunner", "RateLimiterUnavailable", "count_returned", "finalize_cancelled", "run_operation"]

@@ -193,9 +193,9 @@ def _freeze(operation: Operation, matching: Any, *, limit: int | None) -> int:
     sql, params = ids.query.sql_with_params()
     table = connection.ops.quote_name(OperationItem._meta.db_table)
     with connection.cursor() as cursor:
-        columns = "operation_id, dead_letter_id, status, attempts, previous_status, error, destination"
+        columns = "operation_id, dead_letter_id, status, attempts, error, destination"
         cursor.execute(
-            f"INSERT INTO {table} ({columns}) SELECT %s, frozen.id, %s, 0, '', '', '' FROM ({sql}) frozen",
+            f"INSERT INTO {table} ({columns}) SELECT %s, frozen.id, %s, 0, '', '' FROM ({sql}) frozen",
             [operation.pk, ItemStatus.PENDING, *params],
         )
         return max(0, cursor.rowcount)

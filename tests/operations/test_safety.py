@@ -15,7 +15,6 @@ from django.utils import timezone
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.runner import count_returned
 from dlqconsole.operations.services import edit_and_retry, plan_operation, run_operation, start_operation
@@ -127,13 +126,13 @@ def test_the_circuit_breaker_pauses_when_publishing_keeps_failing_and_loses_noth
 
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PAUSED
-    assert operation.pause_reason.startswith("publishing keeps failing: 4 failures in a row; the last: unroutable")
-    assert (operation.failed, operation.items.filter(status=ItemStatus.PENDING).count()) == (4, 6)
+    assert operation.pause_reason.startswith("publishing keeps failing: 3 failures in a row; the last: unroutable")
+    assert (operation.failed, operation.items.filter(status=ItemStatus.PENDING).count()) == (3, 7)
     statuses = sorted(
         DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).values_list("status", flat=True)
     )
-    assert statuses == ["failed"] * 4 + ["parked"] * 6
-    assert cells(orders + ".dlq") == {"failed": 4, "parked": 6}
+    assert statuses == ["failed"] * 3 + ["parked"] * 7
+    assert cells(orders + ".dlq") == {"failed": 3, "parked": 7}
 
 
 def test_a_dead_letter_with_no_known_destination_is_skipped_and_stays_parked(operator):
@@ -162,16 +161,9 @@ def test_in_flight_items_left_by_a_dead_worker_are_published_again_and_recorded_
     letters = dead_letters_on_broker(channel, orders, 4)
     operation = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
     start_operation(operation=operation, actor=operator)
-    # What a worker killed mid-chunk leaves: two items in flight, their dead letters replaying, a stale heartbeat.
+    # What a worker killed mid-chunk leaves: two items in flight (their dead letters unchanged), a stale heartbeat.
     taken = letters[:2]
-    operation.items.filter(dead_letter__in=taken).update(
-        status=ItemStatus.IN_FLIGHT, attempts=1, previous_status="parked"
-    )
-    count_status_change(
-        [CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, "parked") for letter in taken],
-        to_status="replaying",
-    )
-    DeadLetter.objects.filter(pk__in=[letter.pk for letter in taken]).update(status="replaying")
+    operation.items.filter(dead_letter__in=taken).update(status=ItemStatus.IN_FLIGHT, attempts=1)
     Operation.objects.filter(pk=operation.pk).update(
         runner="dead-worker",
         heartbeat_at=timezone.now() - dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS + 1),
@@ -247,3 +239,25 @@ def test_edit_and_retry_publishes_the_edited_copy_and_keeps_the_original(channel
     assert (original.status, bytes(original.body)) == ("parked", b"job 0")
     assert (copy.status, operation.kind) == ("replayed", OperationKind.EDIT_RETRY)
     assert cells(orders + ".dlq") == {"parked": 1, "replayed": 1}
+
+
+def test_a_dead_letter_another_operation_is_publishing_is_left_to_it(channel, queue_name, operator):
+    orders = queue_name("orders")
+    letters = dead_letters_on_broker(channel, orders, 2)
+    first = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
+    second = plan_operation(kind=OperationKind.ARCHIVE, filter={"queue": [orders]}, actor=operator)
+    start_operation(operation=first, actor=operator)
+    start_operation(operation=second, actor=operator)
+    # The first is mid-chunk in a live worker: its first message is in flight.
+    first.items.filter(dead_letter=letters[0]).update(status=ItemStatus.IN_FLIGHT, attempts=1)
+    Operation.objects.filter(pk=first.pk).update(runner="alive", heartbeat_at=timezone.now())
+
+    run_operation(operation_id=second.pk)
+
+    second.refresh_from_db()
+    assert (second.succeeded, second.skipped) == (1, 1)
+    assert second.items.get(dead_letter=letters[0]).error == "another operation is publishing it right now"
+    assert [letter.status for letter in DeadLetter.objects.filter(pk__in=[x.pk for x in letters]).order_by("pk")] == [
+        "parked",
+        "archived",
+    ]
