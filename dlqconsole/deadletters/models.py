@@ -103,6 +103,9 @@ class FailurePattern(models.Model):
     # How the pattern came about: one masked message, a template mined from several, a stack trace signature,
     # or an operator's rule (a custom fingerprint rule or a split).
     origin = models.CharField(max_length=16, choices=PatternOrigin.choices, default=PatternOrigin.TEXT)
+    # The template as template mining compares it (tokens with the space before each, `<*>` for a variable),
+    # for a pattern that grouping made from message text; empty otherwise.
+    tokens = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = FailurePatternQuerySet.as_manager()
@@ -268,6 +271,8 @@ class PatternCluster(models.Model):
     error_type = models.CharField(max_length=255, blank=True)
     failure_reason = models.CharField(max_length=32, choices=FailureReason.choices)
     token_count = models.IntegerField()
+    # How many fingerprints it holds (kept by ingest under the cluster lock): large clusters take a quicker path.
+    size = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -159,3 +159,28 @@ def test_grouping_is_the_same_whatever_order_the_messages_arrive_in(ingest: Inge
 
     assert one_batch == one_by_one == reversed_pairs
     assert len(set(one_batch.values())) == 4
+
+
+def test_a_large_cluster_files_newcomers_that_fit_without_mining_again(
+    ingest: Ingest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlqconsole.deadletters.grouping import store
+
+    ingest(*[f"user {name} not found" for name in ["alice", "bob", "carol", "dave"]])
+    monkeypatch.setattr(store, "LARGE_CLUSTER", 3)
+    mined: list[int] = []
+    original = store.patterns_of_cluster
+    monkeypatch.setattr(store, "patterns_of_cluster", lambda *args: mined.append(1) or original(*args))
+
+    fits = ingest("user erin not found", "user frank not found")
+    misfit = ingest("user grace missing today")
+
+    pattern = FailurePattern.objects.active().get(template="user <*> not found")
+    assert [row.pattern_id for row in fits] == [pattern.pk, pattern.pk]
+    assert mined == [1]  # only for the misfit, whose template fits no group of the cluster
+    assert misfit[0].pattern.template == "user grace missing today"
+    assert Fingerprint.objects.get(key=misfit[0].fingerprint).cluster_id == Fingerprint.objects.get(
+        key=fits[0].fingerprint
+    ).cluster_id
+    assert Fingerprint.objects.filter(pattern=pattern).count() == 6
+    assert_counts_exact()

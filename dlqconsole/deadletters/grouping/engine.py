@@ -23,6 +23,7 @@ class Pattern:
     key: str
     template: str
     error_type: str
+    tokens: tuple[str, ...] = ()
 
 
 def cluster_of(found: Fingerprint, fallback_reason: str = "UNKNOWN") -> ClusterKey | None:
@@ -42,9 +43,13 @@ def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) 
     general = generalize(templates.values())
     result: dict[str, Pattern] = {}
     for key, tokens in templates.items():
-        template = "".join(general[tokens])
+        mined = general[tokens]
+        template = "".join(mined)
         result[key] = Pattern(
-            key=pattern_key(error_type=error_type, template=template), template=template, error_type=error_type
+            key=pattern_key(error_type=error_type, template=template),
+            template=template,
+            error_type=error_type,
+            tokens=mined,
         )
     return result
 

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
+from django.db.models import F
 
 from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
 from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, patterns_of_cluster
+from dlqconsole.deadletters.grouping.mining import is_wildcard
 from dlqconsole.deadletters.models import (
     FailurePattern,
     Fingerprint,
@@ -35,6 +37,8 @@ from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, m
 
 CHUNK = 500
 MAX_HOPS = 8
+# From this many fingerprints on, a cluster is not mined again for newcomers that fit one of its templates.
+LARGE_CLUSTER = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,23 +155,24 @@ def _lock_clusters(clusters: Iterable[tuple[str, str, int]], *, now: dt.datetime
 
 
 def _insert_patterns(
-    rows: Sequence[tuple[str, str, str, str, bool, str]], *, now: dt.datetime
+    rows: Sequence[tuple[str, str, str, str, bool, str, tuple[str, ...]]], *, now: dt.datetime
 ) -> tuple[dict[str, int], set[int]]:
-    """Create the patterns (key, template, error type, reason, transient, origin) that do not exist; returns
-    ({key: id} for all of them, ids of those created now)."""
+    """Create the patterns (key, template, error type, reason, transient, origin, tokens) that do not exist;
+    returns ({key: id} for all of them, ids of those created now)."""
     table = FailurePattern._meta.db_table
+    tokens_field = FailurePattern._meta.get_field("tokens")
     created: set[int] = set()
     with connection.cursor() as cursor:
         for start in range(0, len(rows), CHUNK):
             part = rows[start : start + CHUNK]
             values: list[Any] = []
-            for key, template, error_type, reason, transient, origin in part:
+            for key, template, error_type, reason, transient, origin, tokens in part:
                 values += [key, template[:10000], error_type[:255], reason, transient, now, now, "open", now, "", now]
-                values += [origin]
+                values += [origin, tokens_field.get_db_prep_save(list(tokens), connection)]
             cursor.execute(
                 f"INSERT INTO {table} (key, template, error_type, failure_reason, transient, total_count, "
-                "first_seen_at, last_seen_at, status, status_changed_at, note, created_at, origin) VALUES "
-                + ",".join(["(%s,%s,%s,%s,%s,0,%s,%s,%s,%s,%s,%s,%s)"] * len(part))
+                "first_seen_at, last_seen_at, status, status_changed_at, note, created_at, origin, tokens) VALUES "
+                + ",".join(["(%s,%s,%s,%s,%s,0,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(part))
                 + " ON CONFLICT (key) DO NOTHING RETURNING id",
                 values,
             )
@@ -192,6 +197,7 @@ def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
             candidate.reason,
             candidate.transient,
             PatternOrigin.TRACE if candidate.found.kind == "trace" else PatternOrigin.TEXT,
+            (),
         )
         for candidate in candidates
     ]
@@ -218,15 +224,25 @@ def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now
     """New text fingerprints: lock their clusters, mine each with everything already in it, store the groups.
     A constant number of queries for the whole batch, whatever the number of clusters."""
     cluster_ids = _lock_clusters(clusters, now=now)
+    sizes = dict(PatternCluster.objects.filter(pk__in=cluster_ids.values()).values_list("pk", "size"))
+    quick = _quick_filing(
+        {
+            cluster: candidates
+            for cluster, candidates in clusters.items()
+            if sizes[cluster_ids[cluster]] >= LARGE_CLUSTER
+        },
+        cluster_ids,
+    )
+    full = {cluster: candidates for cluster, candidates in clusters.items() if cluster not in quick}
     existing: dict[int, dict[str, Member]] = defaultdict(dict)
-    rows = Fingerprint.objects.filter(cluster_id__in=sorted(cluster_ids.values())).values_list(
+    rows = Fingerprint.objects.filter(cluster_id__in=sorted(cluster_ids[cluster] for cluster in full)).values_list(
         "cluster_id", "key", "tokens", "pattern_id", "auto_pattern_id"
     )
     for cluster_id, key, tokens, pattern_id, auto_pattern_id in rows:
         existing[cluster_id][key] = Member(tuple(tokens), pattern_id, auto_pattern_id)
-    plans: list[tuple[int, str, dict[str, Candidate], dict[str, Pattern]]] = []
-    pattern_rows: dict[str, tuple[str, str, str, str, bool, str]] = {}
-    for cluster, candidates in sorted(clusters.items()):
+    mined: list[tuple[int, str, dict[str, Candidate], dict[str, Member], dict[str, Pattern]]] = []
+    pattern_rows: dict[str, tuple[str, str, str, str, bool, str, tuple[str, ...]]] = {}
+    for cluster, candidates in sorted(full.items()):
         error_type, reason, _ = cluster
         cluster_id = cluster_ids[cluster]
         members = existing[cluster_id]
@@ -240,13 +256,16 @@ def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now
         transient = next(iter(fresh.values())).transient
         for group in groups.values():
             origin = PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT
-            pattern_rows.setdefault(group.key, (group.key, group.template, error_type, reason, transient, origin))
-        plans.append((cluster_id, error_type, fresh, groups))
-    if not plans:
-        return
-    ids, created = _insert_patterns([pattern_rows[key] for key in sorted(pattern_rows)], now=now)
-    for cluster_id, _, _, groups in plans:
-        members = existing[cluster_id]
+            pattern_rows.setdefault(
+                group.key, (group.key, group.template, error_type, reason, transient, origin, group.tokens)
+            )
+        mined.append((cluster_id, error_type, fresh, members, groups))
+    ids: dict[str, int] = {}
+    created: set[int] = set()
+    if pattern_rows:
+        ids, created = _insert_patterns([pattern_rows[key] for key in sorted(pattern_rows)], now=now)
+    plans: list[tuple[int, str, dict[str, Candidate], dict[str, int]]] = []
+    for cluster_id, error_type, fresh, members, groups in mined:
         changes = {
             key: ids[groups[key].key]
             for key, member in members.items()
@@ -254,7 +273,13 @@ def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now
         }
         if changes:
             _regroup(existing=members, changes=changes, created=created, now=now)
-    final = resolve({ids[groups[key].key] for _, _, fresh, groups in plans for key in fresh})
+        plans.append((cluster_id, error_type, fresh, {key: ids[groups[key].key] for key in fresh}))
+    for cluster, (fresh, autos) in sorted(quick.items()):
+        plans.append((cluster_ids[cluster], cluster[0], fresh, autos))
+    plans = [plan for plan in plans if plan[2]]
+    if not plans:
+        return
+    final = resolve({auto for _, _, _, autos in plans for auto in autos.values()})
     Fingerprint.objects.bulk_create(
         [
             Fingerprint(
@@ -264,14 +289,65 @@ def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now
                 error_type=error_type[:255],
                 tokens=list(candidate.found.tokens),
                 cluster_id=cluster_id,
-                pattern_id=final[ids[groups[key].key]],
-                auto_pattern_id=ids[groups[key].key],
+                pattern_id=final[autos[key]],
+                auto_pattern_id=autos[key],
                 created_at=now,
             )
-            for cluster_id, error_type, fresh, groups in plans
+            for cluster_id, error_type, fresh, autos in plans
             for key, candidate in sorted(fresh.items())
         ],
         ignore_conflicts=True,
+    )
+    # Under the cluster locks nobody else adds fingerprints to these clusters, so the new ones are all ours.
+    for cluster_id, _, fresh, _ in plans:
+        PatternCluster.objects.filter(pk=cluster_id).update(size=F("size") + len(fresh))
+
+
+def _quick_filing(
+    clusters: dict[tuple[str, str, int], list[Candidate]], cluster_ids: dict[tuple[str, str, int], int]
+) -> dict[tuple[str, str, int], tuple[dict[str, Candidate], dict[str, int]]]:
+    """For large clusters: when every new fingerprint fits a generalised template the cluster already has, file
+    it there without mining the whole cluster again ({cluster: (fresh candidates, {key: group pattern id})}).
+
+    Mining the whole cluster would put such a fingerprint in that group too (it matches the group's fixed words,
+    so it is absorbed), unless it also made new merges possible elsewhere; the next full mining of the cluster
+    (when a fingerprint that fits no group arrives) applies those. A cluster with any misfit is mined in full.
+    """
+    if not clusters:
+        return {}
+    ids = {cluster_ids[cluster] for cluster in clusters}
+    keys = sorted({candidate.found.key for candidates in clusters.values() for candidate in candidates})
+    present = set(Fingerprint.objects.filter(cluster_id__in=ids, key__in=keys).values_list("key", flat=True))
+    pairs = set(Fingerprint.objects.filter(cluster_id__in=ids).values_list("cluster_id", "auto_pattern_id").distinct())
+    group_tokens = dict(
+        FailurePattern.objects.filter(pk__in={pattern_id for _, pattern_id in pairs if pattern_id is not None})
+        .exclude(tokens=[])
+        .values_list("pk", "tokens")
+    )
+    groups: dict[int, list[tuple[tuple[str, ...], int]]] = defaultdict(list)
+    for cluster_id, pattern_id in pairs:
+        tokens = tuple(group_tokens.get(pattern_id) or ())
+        if tokens and any(is_wildcard(token) for token in tokens):
+            groups[cluster_id].append((tokens, pattern_id))
+    result: dict[tuple[str, str, int], tuple[dict[str, Candidate], dict[str, int]]] = {}
+    for cluster, candidates in clusters.items():
+        # Most wildcards first, then by template: the same choice in every process.
+        choices = sorted(groups[cluster_ids[cluster]], key=lambda item: (-sum(map(is_wildcard, item[0])), item[0]))
+        fresh = {candidate.found.key: candidate for candidate in candidates if candidate.found.key not in present}
+        autos: dict[str, int] = {}
+        for key, candidate in fresh.items():
+            found = next((pattern_id for tokens, pattern_id in choices if _fits(candidate.found.tokens, tokens)), None)
+            if found is None:
+                break
+            autos[key] = found
+        else:
+            result[cluster] = (fresh, autos)
+    return result
+
+
+def _fits(tokens: tuple[str, ...], template: tuple[str, ...]) -> bool:
+    return len(tokens) == len(template) and all(
+        mine == theirs or is_wildcard(theirs) for mine, theirs in zip(tokens, template, strict=True)
     )
 
 
