@@ -179,8 +179,9 @@ def test_a_large_cluster_files_newcomers_that_fit_without_mining_again(
     assert [row.pattern_id for row in fits] == [pattern.pk, pattern.pk]
     assert mined == [1]  # only for the misfit, whose template fits no group of the cluster
     assert misfit[0].pattern.template == "user grace missing today"
-    assert Fingerprint.objects.get(key=misfit[0].fingerprint).cluster_id == Fingerprint.objects.get(
-        key=fits[0].fingerprint
-    ).cluster_id
+    assert (
+        Fingerprint.objects.get(key=misfit[0].fingerprint).cluster_id
+        == Fingerprint.objects.get(key=fits[0].fingerprint).cluster_id
+    )
     assert Fingerprint.objects.filter(pattern=pattern).count() == 6
     assert_counts_exact()
