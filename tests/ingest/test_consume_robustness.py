@@ -1,0 +1,310 @@
+"""Nothing lost, nothing doubled: consume_dlq killed with SIGKILL, cut off from RabbitMQ, and losing its
+PostgreSQL server in the middle of ingest, while the broker keeps dead-lettering messages into the DLQ.
+
+After each ordeal the DLQ is empty and the database holds exactly one row per dead letter, with the counters
+(DeadLetterCount, FailurePattern.total_count, IngestStat) adding up to the same number.
+
+The PostgreSQL test restarts a private server (initdb in a temporary directory, its own port): the machine's
+shared server is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db.models import Sum
+
+from dlqconsole.core.amqp import connect
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
+from dlqconsole.ingest.models import IngestStat
+from tests.ingest.conftest import (
+    ROOT,
+    ConsumerProcess,
+    DeadLetterQueue,
+    dead_letter_properties,
+    queue_depth,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class Publisher(threading.Thread):
+    """Publishes messages to the work queue (the broker dead-letters each into the DLQ) in the background."""
+
+    def __init__(self, queue: DeadLetterQueue, count: int) -> None:
+        super().__init__(daemon=True)
+        self.queue, self.count, self.published = queue, count, 0
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        amqp = connect()
+        try:
+            channel = amqp.channel()
+            for index in range(self.count):
+                channel.basic_publish(
+                    exchange="",
+                    routing_key=self.queue.work,
+                    body=f'{{"order": {index}}}'.encode(),
+                    properties=dead_letter_properties(index),
+                )
+                self.published += 1
+        except Exception as error:  # noqa: BLE001  (reported by the test)
+            self.error = error
+        finally:
+            amqp.close()
+
+
+def logged(consumer: ConsumerProcess, text: str, times: int) -> bool:
+    return consumer.output.count(text) >= times
+
+
+def stored_at_least(count: int) -> bool:
+    return DeadLetter.objects.count() >= count
+
+
+def assert_exactly_once(queue: str, count: int) -> None:
+    assert DeadLetter.objects.filter(source_queue=queue).count() == count
+    assert DeadLetter.objects.values("dedupe_key").distinct().count() == count
+    assert DeadLetter.objects.values("message_id").distinct().count() == count
+    assert DeadLetterCount.objects.aggregate(total=Sum("count"))["total"] == count
+    assert FailurePattern.objects.aggregate(total=Sum("total_count"))["total"] == count
+    stat = IngestStat.objects.get(source_queue=queue)
+    assert (stat.inserted, stat.received - stat.duplicates) == (count, count)
+    assert queue_depth(queue) == 0
+
+
+def test_sigkill_at_random_moments_loses_and_doubles_nothing(
+    dead_letter_queue: DeadLetterQueue, consume_dlq: Callable[..., ConsumerProcess]
+) -> None:
+    total = 20_000
+    randomness = random.Random()
+    publisher = Publisher(dead_letter_queue, total)
+    publisher.start()
+    kills = 0
+    progress = []
+    while kills < 5 or publisher.is_alive():
+        consumer = consume_dlq("--queues", dead_letter_queue.dlq, "--batch-size", "200")
+        assert wait_until(partial(logged, consumer, "consuming ", 1), timeout=60)
+        time.sleep(randomness.uniform(0.3, 2.0))
+        consumer.signal(signal.SIGKILL)
+        consumer.wait(timeout=30)
+        kills += 1
+        progress.append(DeadLetter.objects.count())
+    publisher.join()
+    assert publisher.error is None and publisher.published == total
+    assert wait_until(lambda: queue_depth(dead_letter_queue.dlq) + DeadLetter.objects.count() >= total)
+
+    last = consume_dlq("--queues", dead_letter_queue.dlq, "--exit-when-idle", "3")
+
+    assert last.wait(timeout=300) == 0
+    assert kills >= 5
+    # Kills fell while ingest was under way, not only before or after it.
+    assert any(0 < stored < total for stored in progress)
+    assert_exactly_once(dead_letter_queue.dlq, total)
+
+
+class Proxy:
+    """A TCP proxy in front of RabbitMQ whose connections the test can cut."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.cuts = 0
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pipe, args=(source, sink), daemon=True).start()
+
+    def pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                self.close_quietly(end)
+
+    def cut(self) -> None:
+        with self.lock:
+            cut, self.sockets = self.sockets, []
+        for end in cut:
+            self.close_quietly(end)
+        self.cuts += 1
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+    @staticmethod
+    def close_quietly(end: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
+        end.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    from django.conf import settings
+    from pika import URLParameters
+
+    parameters = URLParameters(settings.AMQP_URL)
+    running = Proxy((parameters.host, parameters.port))
+    yield running
+    running.close()
+
+
+def test_cut_rabbitmq_connection_loses_and_doubles_nothing(
+    dead_letter_queue: DeadLetterQueue, consume_dlq: Callable[..., ConsumerProcess], proxy: Proxy
+) -> None:
+    total = 6_000
+    publisher = Publisher(dead_letter_queue, total)
+    publisher.start()
+    consumer = consume_dlq(
+        "--queues",
+        dead_letter_queue.dlq,
+        "--batch-size",
+        "200",
+        "--exit-when-idle",
+        "4",
+        AMQP_URL=f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F",
+    )
+    for cut in range(1, 4):
+        assert wait_until(partial(stored_at_least, cut * total // 5), timeout=120)
+        proxy.cut()
+        assert wait_until(partial(logged, consumer, "connected to RabbitMQ again", cut), timeout=60)
+    publisher.join()
+
+    assert consumer.wait(timeout=300) == 0
+    assert publisher.error is None and publisher.published == total
+    assert consumer.output.count("RabbitMQ connection lost") >= 3
+    assert_exactly_once(dead_letter_queue.dlq, total)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of our own in a temporary directory, run as the postgres OS user."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="dlqconsole-pg-"))
+        shutil.chown(self.directory, "postgres", "postgres")
+        self.data = self.directory / "data"
+        self.port = free_port()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/dlqconsole"
+        self.run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.pg_ctl("start")
+        with psycopg.connect(f"postgres://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as admin:
+            admin.execute("CREATE DATABASE dlqconsole")
+        subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v0"],
+            cwd=ROOT,
+            env=dict(os.environ, DATABASE_URL=self.url),
+            check=True,
+        )
+
+    def run(self, program: str, *arguments: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(POSTGRES_BIN / program), *arguments],
+            check=True,
+            capture_output=True,
+        )
+
+    def pg_ctl(self, action: str, *arguments: str) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.directory}"
+        self.run(
+            "pg_ctl", action, "-D", str(self.data), "-w", "-o", options, "-l", str(self.directory / "log"), *arguments
+        )
+
+    def query(self, sql: str, parameters: list[Any] | None = None) -> Any:
+        with psycopg.connect(self.url) as database:
+            row = database.execute(sql, parameters).fetchone()  # type: ignore[arg-type]
+            return row[0] if row else None
+
+    def at_least(self, sql: str, count: int) -> bool:
+        return bool(self.query(sql) >= count)
+
+    def destroy(self) -> None:
+        try:
+            self.pg_ctl("stop", "-m", "immediate")
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    if not (POSTGRES_BIN / "initdb").exists() or shutil.which("runuser") is None:
+        pytest.skip("needs PostgreSQL 15 server binaries and runuser")
+    server = PrivatePostgres()
+    yield server
+    server.destroy()
+
+
+def test_postgresql_restart_during_ingest_loses_and_doubles_nothing(
+    dead_letter_queue: DeadLetterQueue,
+    consume_dlq: Callable[..., ConsumerProcess],
+    private_postgres: PrivatePostgres,
+) -> None:
+    total = 6_000
+    publisher = Publisher(dead_letter_queue, total)
+    publisher.start()
+    consumer = consume_dlq(
+        "--queues",
+        dead_letter_queue.dlq,
+        "--batch-size",
+        "200",
+        "--exit-when-idle",
+        "6",
+        database_url=private_postgres.url,
+    )
+    rows = "SELECT count(*) FROM deadletters_deadletter"
+    for restart, mode in enumerate(["fast", "immediate"], start=1):
+        assert wait_until(partial(private_postgres.at_least, rows, restart * total // 3), timeout=120)
+        private_postgres.pg_ctl("restart", "-m", mode)
+        assert wait_until(partial(logged, consumer, "database error", restart), timeout=60)
+    publisher.join()
+
+    assert consumer.wait(timeout=300) == 0
+    assert publisher.error is None and publisher.published == total
+    query = private_postgres.query
+    assert query(rows) == total
+    assert query("SELECT count(DISTINCT dedupe_key) FROM deadletters_deadletter") == total
+    assert query("SELECT sum(count) FROM deadletters_deadlettercount") == total
+    assert query("SELECT sum(total_count) FROM deadletters_failurepattern") == total
+    assert query("SELECT inserted FROM ingest_ingeststat WHERE source_queue = %s", [dead_letter_queue.dlq]) == total
+    assert queue_depth(dead_letter_queue.dlq) == 0
