@@ -17,6 +17,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpRe
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -467,7 +468,10 @@ PATTERN_ACTIONS = [
 def _back(request: HtmxHttpRequest, fallback: str) -> str:
     """Where a non-htmx POST returns to: the page it came from when that is a local path."""
     target = request.POST.get("next", "")
-    if target.startswith("/") and not target.startswith("//"):
+    # Django's own check: a path on this site only (browsers read "/\\evil" as "//evil").
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         return target
     return fallback
 

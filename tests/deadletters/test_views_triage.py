@@ -70,11 +70,12 @@ def test_status_change_without_javascript_redirects_back(operator: User) -> None
     assert FailurePattern.objects.get(pk=stored.pattern_id).status == PatternStatus.IGNORED
 
 
-def test_status_change_refuses_a_redirect_elsewhere(operator: User) -> None:
+@pytest.mark.parametrize("elsewhere", ["//evil.example/", "/\\evil.example/", "https://evil.example/"])
+def test_status_change_refuses_a_redirect_elsewhere(operator: User, elsewhere: str) -> None:
     (stored,) = many(1)
 
     response = client_for(operator).post(
-        f"/patterns/{stored.pattern_id}/status/", {"status": "resolved", "next": "//evil.example/"}
+        f"/patterns/{stored.pattern_id}/status/", {"status": "resolved", "next": elsewhere}
     )
 
     assert response["Location"] == f"/patterns/{stored.pattern_id}/"
