@@ -468,7 +468,7 @@ PATTERN_ACTIONS = [
 def _back(request: HtmxHttpRequest, fallback: str) -> str:
     """Where a non-htmx POST returns to: the page it came from when that is a local path."""
     target = request.POST.get("next", "")
-    # Django's own check: a path on this site only (browsers read "/\\evil" as "//evil").
+    # Django's own check: a path on this site only (browsers read a backslash as a slash).
     if target.startswith("/") and url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
