@@ -76,6 +76,78 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
 ]
 
 
+# Lower-case words of which each rule's message pattern needs at least one (every alternative of the pattern
+# contains one of them). Checking them with `in` costs a fraction of a case-insensitive regex search, so the
+# search runs only for rules whose words occur: same answers, a few times faster (classification runs for
+# every ingested message).
+KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
+    FailureReason.RATE_LIMITED: ("rate", "too many requests", "429", "throttl", "quota exceeded", "slow down"),
+    FailureReason.TIMEOUT: ("time", "deadline exceeded", "504", "took too long"),
+    FailureReason.NETWORK_ERROR: (
+        "connection ",
+        "network",
+        "unreachable",
+        "broken pipe",
+        "econnre",
+        "ehostunreach",
+        "enotfound",
+        "name or service not known",
+        "getaddrinfo",
+        "no route to host",
+        "502",
+        "503",
+        "service unavailable",
+        "bad gateway",
+        "ssl",
+        "eof occurred",
+        "socket",
+    ),
+    FailureReason.AUTH: (
+        "unauthori",
+        "forbidden",
+        "access denied",
+        "permission denied",
+        "401",
+        "403",
+        "invalid token",
+        "token expired",
+        "authentication failed",
+        "invalid credentials",
+        "not authori",
+    ),
+    FailureReason.NOT_FOUND: ("not found", "does not exist", "no such", "404", "unknown ", "missing"),
+    FailureReason.CONFLICT: (
+        "conflict",
+        "duplicate",
+        "already exists",
+        "unique constraint",
+        "409",
+        "version mismatch",
+        "optimistic lock",
+        "deadlock",
+    ),
+    FailureReason.VALIDATION_FAILED: (
+        "validat",
+        "invalid",
+        "required",
+        "must be",
+        "malformed",
+        "parse",
+        "unexpected token",
+        "400",
+        "422",
+        "bad request",
+        "schema",
+        "not a valid",
+        "out of range",
+        "too long",
+        "expected",
+    ),
+    FailureReason.INTERNAL: ("internal server error", "500", "panic", "null", "segmentation", "assert"),
+}
+MESSAGE_RULES = [(reason, message_pattern, KEYWORDS[reason]) for reason, _, message_pattern in RULES]
+
+
 def classify(*, error_type: str, message: str, stack_trace: str = "") -> FailureReason | None:
     if not error_type and not message and not stack_trace:
         return None
@@ -83,12 +155,17 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
     head = message[:2000]
     # The type is the stronger signal ("ValidationError: connection field missing" is a validation error);
     # INTERNAL is only a type-level catch-all, so try the specific rules on the type first, then on the text.
-    for reason, type_pattern, _ in RULES[:-1]:
-        if short_type and type_pattern.search(short_type):
-            return reason
-    for reason, _, message_pattern in RULES:
-        if message_pattern.search(head):
-            return reason
+    if short_type:
+        for reason, type_pattern, _ in RULES[:-1]:
+            if type_pattern.search(short_type):
+                return reason
+    lowered = head.lower()
+    for reason, message_pattern, keywords in MESSAGE_RULES:
+        for keyword in keywords:
+            if keyword in lowered:
+                if message_pattern.search(head):
+                    return reason
+                break
     if short_type or stack_trace:
         return FailureReason.INTERNAL
     return FailureReason.INTERNAL if head else None
