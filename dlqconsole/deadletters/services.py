@@ -325,6 +325,13 @@ def merge_patterns(
 # Rules and splits -----------------------------------------------------------------------------------------------
 
 
+def _forget_rules() -> None:
+    from dlqconsole.deadletters.grouping.rules import forget_rules
+
+    # Also when the transaction rolls back: the next batch simply reads the rules again.
+    forget_rules()
+
+
 def validate_rule(*, name: str, regex: str, header: str) -> None:
     if not name.strip():
         raise PatternError("Give the rule a name; it becomes the template of its pattern.")
@@ -392,6 +399,7 @@ def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.dateti
             FailurePattern.objects.filter(pk=pattern.pk).update(template=rule.name)
             Fingerprint.objects.filter(key=rule.fingerprint_key).update(template=rule.name)
         where = f" (header {rule.header})" if rule.header else ""
+        _forget_rules()
         record_audit(
             actor=actor,
             action="fingerprint_rule.create" if creating else "fingerprint_rule.update",
@@ -406,6 +414,7 @@ def delete_fingerprint_rule(*, rule: FingerprintRule, actor: Actor) -> None:
     with transaction.atomic():
         pk, name = rule.pk, rule.name
         rule.delete()
+        _forget_rules()
         record_audit(actor=actor, action="fingerprint_rule.delete", target=f"rule #{pk}", detail=name)
 
 
@@ -442,6 +451,7 @@ def split_pattern(
         part.transient = locked.transient
         part.save(update_fields=["transient"])
         compiled = compile_rule(rule)
+        _forget_rules()
         matching = [
             pk
             for pk, error_type, message, headers in DeadLetter.objects.filter(pattern_id=locked.pk)

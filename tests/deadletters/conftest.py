@@ -13,6 +13,7 @@ import pika
 import pytest
 from django.utils import timezone
 
+from dlqconsole.deadletters.grouping.rules import forget_rules
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
@@ -52,6 +53,12 @@ def make_letter(
 
 
 Ingest = Callable[..., list[DeadLetter]]
+
+
+@pytest.fixture(autouse=True)
+def fresh_rules() -> None:
+    """Ingest reads the rules at most once a second per process; each test starts from the database's."""
+    forget_rules()
 
 
 @pytest.fixture

@@ -213,3 +213,22 @@ def test_rule_with_a_bad_expression_is_refused(admin_user: User) -> None:
         save_fingerprint_rule(rule=FingerprintRule(name="bad", regex="(unclosed"), actor=admin_user)
 
     assert not FingerprintRule.objects.exists()
+
+
+def test_a_rule_deleted_by_another_process_files_its_dead_letters_as_usual(
+    ingest: Ingest, admin_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlqconsole.deadletters.grouping import rules
+    from dlqconsole.deadletters.models import Fingerprint
+
+    monkeypatch.setattr(rules, "RULES_TTL", 3600.0)
+    rule = save_fingerprint_rule(rule=FingerprintRule(name="Disk", regex="disk full"), actor=admin_user)
+    assert ingest("disk full on worker-3")[0].pattern_id == rule.pattern_id
+    # Deleted behind this process's back: its cached rules still hold the rule for up to a second.
+    FingerprintRule.objects.filter(pk=rule.pk).delete()
+    Fingerprint.objects.filter(key=rule.fingerprint_key).delete()
+
+    rows = ingest("disk full on worker-4")
+
+    assert rows[0].pattern_id != rule.pattern_id
+    assert rows[0].pattern.template == "disk full on <ID>"

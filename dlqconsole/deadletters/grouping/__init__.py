@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dlqconsole.deadletters.fingerprint import fingerprint
-from dlqconsole.deadletters.grouping.rules import CompiledRule, first_match, load_rules
+from dlqconsole.deadletters.grouping.rules import CompiledRule, first_match, forget_rules, load_rules
 from dlqconsole.deadletters.grouping.store import Candidate, file_fingerprints, read_filing, resolve
 from dlqconsole.deadletters.models import Fingerprint, FingerprintRule
 
@@ -36,7 +36,17 @@ def assign_patterns(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime) ->
 
     Runs inside the caller's batch transaction; safe with any number of concurrent callers.
     """
-    rules = load_rules()
+    filing = _assign(letters, load_rules(), now=now)
+    gone = {letter.fingerprint for letter in letters} - set(filing)
+    if gone:
+        # A rule was deleted since this process read the rules (less than RULES_TTL ago): file these dead
+        # letters as if it had never existed.
+        forget_rules()
+        filing.update(_assign([letter for letter in letters if letter.fingerprint in gone], [], now=now))
+    return filing
+
+
+def _assign(letters: Sequence[ParsedDeadLetter], rules: list[CompiledRule], *, now: dt.datetime) -> dict[str, int]:
     everywhere = [rule for rule in rules if rule.scope_id is None]
     candidates: dict[str, Candidate] = {}
     rule_keys: set[str] = set()

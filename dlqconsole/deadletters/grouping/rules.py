@@ -1,14 +1,15 @@
 """Custom fingerprint rules, compiled once per process and matched against dead letters.
 
-Rules are few and change rarely; ingest loads the enabled ones once per batch (one query) and compiles only
-those it has not seen in this version (`updated_at`), so a rule edited in the admin applies to the next batch in
-every consumer process.
+Rules are few and change rarely; ingest reads the enabled ones at most once a second (one query) and compiles
+only those it has not seen in this version (`updated_at`), so a rule edited in the admin applies within a second
+in every consumer process (at once in the process that saved it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,10 @@ class CompiledRule:
 
 
 _compiled: dict[tuple[int, dt.datetime, str, str], CompiledRule] = {}
+# The enabled rules, read at most once per RULES_TTL seconds per process: a consumer writing several batches a
+# second reads them once a second, and a rule saved in any process applies everywhere within that second.
+RULES_TTL = 1.0
+_loaded: tuple[float, list[CompiledRule]] | None = None
 
 
 def compile_rule(rule: FingerprintRule) -> CompiledRule:
@@ -44,9 +49,24 @@ def compile_rule(rule: FingerprintRule) -> CompiledRule:
     )
 
 
+def forget_rules() -> None:
+    """Read the rules again on the next batch (called by the services that change them)."""
+    global _loaded
+    _loaded = None
+
+
 def load_rules() -> list[CompiledRule]:
-    """The enabled rules in the order they are tried. A rule whose expression no longer compiles is skipped
-    (the admin refuses such expressions; this only guards against rows edited elsewhere)."""
+    """The enabled rules in the order they are tried, read again after RULES_TTL seconds."""
+    global _loaded
+    now = time.monotonic()
+    if _loaded is None or now - _loaded[0] >= RULES_TTL:
+        _loaded = (now, _read_rules())
+    return _loaded[1]
+
+
+def _read_rules() -> list[CompiledRule]:
+    # A rule whose expression no longer compiles is skipped (the admin refuses such expressions; this only
+    # guards against rows edited elsewhere).
     rules: list[CompiledRule] = []
     for rule in FingerprintRule.objects.filter(enabled=True).order_by("position", "id"):
         version = (rule.pk, rule.updated_at, rule.regex, rule.header)
