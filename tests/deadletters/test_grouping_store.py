@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.utils import timezone
 
@@ -170,7 +172,12 @@ def test_a_large_cluster_files_newcomers_that_fit_without_mining_again(
     monkeypatch.setattr(store, "LARGE_CLUSTER", 3)
     mined: list[int] = []
     original = store.patterns_of_cluster
-    monkeypatch.setattr(store, "patterns_of_cluster", lambda *args: mined.append(1) or original(*args))
+
+    def counting(*args: Any) -> Any:
+        mined.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(store, "patterns_of_cluster", counting)
 
     fits = ingest("user erin not found", "user frank not found")
     misfit = ingest("user grace missing today")
