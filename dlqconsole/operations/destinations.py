@@ -80,12 +80,17 @@ def replay_properties(
     """The message's own properties and headers, unchanged, minus the death headers, plus our replay headers."""
     properties = jsonsafe.decode(stored_properties or {})
     values = {name: properties[name] for name in PROPERTY_NAMES if properties.get(name) is not None}
-    decoded = jsonsafe.decode(stored_headers or {})
-    headers = (
-        {key: value for key, value in decoded.items() if not is_death_header(str(key))}
-        if isinstance(decoded, dict)
-        else {}
-    )
+    # Death headers go before decoding: x-death is most of a dead letter's headers and all of it is dropped.
+    stored = stored_headers if isinstance(stored_headers, dict) else {}
+    if len(stored) == 1 and next(iter(stored)) in jsonsafe.TAGS:
+        stored = jsonsafe.decode(stored)  # a tagged table ($map): decode it whole
+        stored = stored if isinstance(stored, dict) else {}
+    headers = {
+        key: jsonsafe.decode(value) if isinstance(value, dict | list) else value
+        for key, value in stored.items()
+        if not is_death_header(str(key))
+    }
+
     headers[settings.DLQ_REPLAY_COUNT_HEADER] = replay_count
     headers[settings.DLQ_REPLAYED_FROM_HEADER] = dead_letter_id
     return pika.BasicProperties(headers=headers, **values)
