@@ -335,8 +335,12 @@ def main() -> None:
         ("message detail", lambda: client.get(f"/messages/{detail}/")),
         ("operations", lambda: client.get("/operations/")),
     ]
+    load_before = os.getloadavg()[0]
     results = [measure(name, request, runs=options.runs) for name, request in pages]
+    load_after = os.getloadavg()[0]
     print(f"\n{options.rows:,} dead letters, {PATTERNS} patterns, {options.runs} runs per page (ms)")
+    # The machine is shared: a busy one stretches every number, so say how busy it was.
+    print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs")
     print(f"{'page':<30}{'median':>9}{'p95':>9}{'sql med':>10}{'sql p95':>10}{'ratio':>8}{'queries':>9}")
     for row in results:
         ratio = row["median"] / row["sql_median"] if row["sql_median"] else float("inf")
