@@ -5,11 +5,16 @@ A loop of small steps in the style of healthchecks' sendalerts, so tests can dri
 - `connect()` opens one AMQP connection; `refresh_queues()` starts a consumer (one channel each, with its own
   prefetch) on every queue we should drain and retries missing ones later;
 - `poll()` services the connection for a moment (heartbeats, deliveries into the buffer);
-- `flush()` parses the buffered deliveries, writes them in one transaction (`ingest_batch`) and only then
-  acks them with one `basic_ack(multiple=True)` per channel.
+- `submit()` parses the next batch and hands it to the writer, which stores it in one transaction
+  (`ingest_batch`); `collect()` acks a written batch with one `basic_ack(multiple=True)` per channel.
+
+On PostgreSQL the writer is a thread of its own: while the database stores one batch, the loop keeps reading
+and parsing the next (the database works on the other core). There is never more than one batch in the
+writer, and batches are taken from the buffer in delivery order, so acking a batch with multiple=True never
+covers a delivery that is not committed. On other databases (SQLite) the batch is written in the loop.
 
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
-redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the buffer is
+redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
 kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
 the database refuses for its content (a value it cannot store) is written message by message, and a message
 that still fails is stored in a reduced form with the error in its parse_errors, so one bad message neither
@@ -26,6 +31,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -40,6 +46,7 @@ from django.db import (
     OperationalError,
     ProgrammingError,
     close_old_connections,
+    connections,
 )
 from django.db import connection as db_connection
 from django.utils import timezone
@@ -111,6 +118,7 @@ class DeadLetterConsumer:
         refresh_seconds: float = 30.0,
         poll_seconds: float = 0.1,
         max_backoff: float = 30.0,
+        pipeline: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.fixed_queues = [name for name in (queues or []) if name]
@@ -128,6 +136,15 @@ class DeadLetterConsumer:
         # Channels whose consumer the broker cancelled (queue deleted): kept open until their deliveries are acked.
         self.retired: list[BlockingChannel] = []
         self.buffer: list[Delivery] = []
+        # The batch handed to the writer (or kept after a database error until it can be written again).
+        self.batch: list[Delivery] = []
+        self.writing: Future[WriteResult] | None = None
+        self.retry_at = 0.0
+        if pipeline is None:
+            pipeline = db_connection.vendor == "postgresql"
+        self.writer: ThreadPoolExecutor | InlineExecutor = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="consume_dlq-writer") if pipeline else InlineExecutor()
+        )
         self.batch_started_at = 0.0
         self.last_activity = self.clock()
         self.next_refresh = 0.0
@@ -136,6 +153,7 @@ class DeadLetterConsumer:
         self.database_backoff = Backoff(maximum=max_backoff)
         self.stats = ConsumerStats()
         self.stopping = False
+        self.closed = False
         self._warned_no_queues = False
 
     # The loop -----------------------------------------------------------------------------------------------
@@ -159,16 +177,19 @@ class DeadLetterConsumer:
                 self.connect()
             if self.clock() >= self.next_refresh:
                 self.refresh_queues()
+            self.collect()
             self.poll()
-            if self.batch_due():
-                self.flush()
+            if self.writing is None and self.clock() >= self.retry_at and (self.batch or self.batch_due()):
+                self.submit()
+            elif self.writing is not None:
+                self.prepare()
         except BROKER_ERRORS as error:
             self.on_broker_error(error)
         except DatabaseError as error:
             self.on_database_error(error)
         except Exception:  # noqa: BLE001  (a bug must not turn into a crash loop that redelivers forever)
             delay = self.database_backoff.next_delay()
-            log.exception("unexpected error; %d deliveries stay unacked; retrying in %.1f s", len(self.buffer), delay)
+            log.exception("unexpected error; %d deliveries stay unacked; retrying in %.1f s", self.pending, delay)
             self.sleep(delay)
 
     def stop(self) -> None:
@@ -176,9 +197,14 @@ class DeadLetterConsumer:
         self.stopping = True
 
     def idle_too_long(self) -> bool:
-        if self.exit_when_idle is None or self.buffer:
+        if self.exit_when_idle is None or self.pending:
             return False
         return self.clock() - self.last_activity >= self.exit_when_idle
+
+    @property
+    def pending(self) -> int:
+        """Deliveries received and not acked yet."""
+        return len(self.buffer) + len(self.batch)
 
     # Broker side ----------------------------------------------------------------------------------------------
 
@@ -270,7 +296,13 @@ class DeadLetterConsumer:
 
     def poll(self) -> None:
         assert self.connection is not None
-        if self.buffer:
+        now = self.clock()
+        if self.writing is not None:
+            # Back soon to ack the batch being written.
+            limit = min(self.poll_seconds, 0.01)
+        elif now < self.retry_at:
+            limit = min(self.poll_seconds, self.retry_at - now)
+        elif self.buffer:
             remaining = self.batch_started_at + self.batch_seconds - self.clock()
             limit = max(0.0, min(self.poll_seconds, remaining))
         else:
@@ -284,12 +316,25 @@ class DeadLetterConsumer:
             "RabbitMQ connection lost (%s: %s); %d unacked deliveries will be redelivered; reconnecting in %.1f s",
             type(error).__name__,
             error,
-            len(self.buffer),
+            self.pending,
             delay,
         )
-        self.buffer = []
+        self.abandon()
         self.drop_connection()
         self.sleep(delay)
+
+    def abandon(self) -> None:
+        """Forget every unacked delivery (the broker redelivers them). A batch being written is waited for:
+        whether it commits or not, its copies come back and the dedupe key sorts them out."""
+        if self.writing is not None:
+            try:
+                self.writing.result()
+            except Exception:  # noqa: BLE001  (its deliveries are redelivered either way)
+                log.debug("the abandoned batch failed too", exc_info=True)
+        self.writing = None
+        self.batch = []
+        self.buffer = []
+        self.retry_at = 0.0
 
     def drop_connection(self) -> None:
         connection, self.connection = self.connection, None
@@ -312,38 +357,81 @@ class DeadLetterConsumer:
             or self.clock() - self.batch_started_at >= self.batch_seconds
         )
 
-    def flush(self) -> None:
-        """Write the buffered deliveries in one transaction, then ack them. Raises DatabaseError (nothing acked,
-        buffer kept) when the database is unavailable."""
-        if not self.buffer:
-            return
-        batch = self.buffer[: self.batch_size]
-        close_old_connections()
+    def submit(self) -> None:
+        """Hand the next batch (or the one a database error sent back) to the writer."""
+        if not self.batch:
+            self.batch, self.buffer = self.buffer[: self.batch_size], self.buffer[self.batch_size :]
+            if self.buffer:
+                self.batch_started_at = self.clock()
+        self.parse(self.batch)
+        self.writing = self.writer.submit(self.write, self.batch)
+
+    def prepare(self) -> None:
+        """While the writer is busy, parse what the next batch will hold, so it is ready when the writer is."""
+        self.parse(self.buffer[: self.batch_size])
+
+    def parse(self, deliveries: list[Delivery]) -> None:
         now = timezone.now()
-        for delivery in batch:
+        for delivery in deliveries:
             if delivery.letter is None:
                 delivery.letter = parse_envelope(
                     source_queue=delivery.queue, body=delivery.body, properties=delivery.properties, now=now
                 )
-        letters = [delivery.letter for delivery in batch if delivery.letter is not None]
+
+    def collect(self, *, wait: bool = False) -> None:
+        """Ack the batch the writer finished. A database outage keeps it (unacked) for a later attempt."""
+        if self.writing is None or not (wait or self.writing.done()):
+            return
+        writing, self.writing = self.writing, None
         try:
-            result = ingest_batch(letters=letters, now=now)
-        except OUTAGE_ERRORS:
-            raise
-        except Exception as error:  # noqa: BLE001  (isolate the message that causes it)
-            log.warning("the database refused a batch of %d (%s); writing it message by message", len(batch), error)
-            result = self.flush_one_by_one(batch, now=now)
-        self.buffer = self.buffer[len(batch) :]
-        if self.buffer:
-            self.batch_started_at = self.clock()
-        self.ack(batch)
-        self.record(batch, result)
+            written = writing.result()
+        except DatabaseError as error:
+            self.on_database_error(error)
+            return
+        self.ack(self.batch)
+        self.record(self.batch, written)
+        self.batch = []
         self.database_backoff.reset()
         # Idle time counts from here: a slow batch is not a quiet queue.
         self.last_activity = self.clock()
 
-    def flush_one_by_one(self, batch: list[Delivery], *, now: Any) -> IngestResult:
-        received = inserted = 0
+    def flush(self) -> None:
+        """Write and ack everything received, waiting for the writer (one attempt per batch). Raises
+        DatabaseError, with the deliveries kept unacked, when the database is unavailable."""
+        while True:
+            if self.writing is None:
+                if not (self.batch or self.buffer):
+                    return
+                self.submit()
+            assert self.writing is not None
+            error = self.writing.exception()
+            self.collect(wait=True)
+            if error is not None:
+                raise error
+
+    def write(self, batch: list[Delivery]) -> WriteResult:
+        """Store a batch (runs in the writer thread when pipelined). Raises DatabaseError on an outage."""
+        close_old_connections()
+        now = timezone.now()
+        letters = [delivery.letter for delivery in batch if delivery.letter is not None]
+        try:
+            try:
+                return WriteResult(ingest_batch(letters=letters, now=now), reduced=0)
+            except OUTAGE_ERRORS:
+                raise
+            except Exception as error:  # noqa: BLE001  (isolate the message that causes it)
+                log.warning("the database refused a batch of %d (%s); writing it message by message", len(batch), error)
+                return self.write_one_by_one(batch, now=now)
+        except DatabaseError:
+            # A connection that failed mid-transaction is unusable (this thread's own); the next batch opens one.
+            try:
+                db_connection.close()
+            except DatabaseError:
+                log.debug("closing the broken database connection failed", exc_info=True)
+            raise
+
+    def write_one_by_one(self, batch: list[Delivery], *, now: Any) -> WriteResult:
+        received = inserted = reduced = 0
         for delivery in batch:
             assert delivery.letter is not None
             try:
@@ -358,13 +446,13 @@ class DeadLetterConsumer:
                     type(error).__name__,
                     error,
                 )
-                self.stats.reduced += 1
+                reduced += 1
                 delivery.letter = reduced_letter(delivery.letter, error)
                 # If even the reduced form fails, this raises: the batch stays unacked and is retried later.
                 result = ingest_batch(letters=[delivery.letter], now=now)
             received += result.received
             inserted += result.inserted
-        return IngestResult(received=received, inserted=inserted)
+        return WriteResult(IngestResult(received=received, inserted=inserted), reduced=reduced)
 
     def ack(self, batch: list[Delivery]) -> None:
         last: dict[int, tuple[BlockingChannel, int]] = {}
@@ -381,7 +469,9 @@ class DeadLetterConsumer:
                 channel.close()
         self.retired = []
 
-    def record(self, batch: list[Delivery], result: IngestResult) -> None:
+    def record(self, batch: list[Delivery], written: WriteResult) -> None:
+        result = written.result
+        self.stats.reduced += written.reduced
         self.stats.batches += 1
         self.stats.received += result.received
         self.stats.inserted += result.inserted
@@ -391,21 +481,17 @@ class DeadLetterConsumer:
         log.debug("batch of %d: %d new, %d duplicates", result.received, result.inserted, result.duplicates)
 
     def on_database_error(self, error: BaseException) -> None:
+        """Keep what is unacked and try again after a backoff; the loop keeps the AMQP connection alive."""
         self.stats.database_errors += 1
         delay = self.database_backoff.next_delay()
         log.warning(
             "database error (%s: %s); %d deliveries stay unacked; retrying in %.1f s",
             type(error).__name__,
             str(error).strip().splitlines()[0] if str(error).strip() else "",
-            len(self.buffer),
+            self.pending,
             delay,
         )
-        # A connection that failed mid-transaction is unusable; the next flush opens a new one.
-        try:
-            db_connection.close()
-        except DatabaseError:
-            log.debug("closing the broken database connection failed", exc_info=True)
-        self.sleep(delay)
+        self.retry_at = self.clock() + delay
 
     # Helpers ----------------------------------------------------------------------------------------------------
 
@@ -421,19 +507,29 @@ class DeadLetterConsumer:
                     self.connection.process_data_events(time_limit=min(remaining, 0.2))
                 except BROKER_ERRORS as error:
                     log.warning("RabbitMQ connection lost while waiting (%s)", error)
-                    self.buffer = []
+                    self.abandon()
                     self.drop_connection()
             else:
                 time.sleep(min(remaining, 0.2))
 
     def shutdown(self) -> None:
-        """Write and ack what is buffered (one attempt), then close. Anything not acked is redelivered."""
-        if self.buffer and self.connection is not None and self.connection.is_open:
-            try:
+        """Write and ack what is received (one attempt), then close. Anything not acked is redelivered."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.connection is not None and self.connection.is_open:
                 self.flush()
-            except Exception as error:  # noqa: BLE001  (stopping anyway; nothing acked is lost)
-                log.warning("could not write the last batch (%s); it will be redelivered", error)
+            else:
+                self.abandon()
+        except Exception as error:  # noqa: BLE001  (stopping anyway; nothing acked is lost)
+            log.warning("could not write the last batch (%s); it will be redelivered", error)
+            self.abandon()
         self.drop_connection()
+        if isinstance(self.writer, ThreadPoolExecutor):
+            # The writer thread's database connection is its own to close.
+            self.writer.submit(connections.close_all).result()
+        self.writer.shutdown(wait=True)
         log.info(
             "consume_dlq stopped: %d received, %d new, %d duplicates in %d batches",
             self.stats.received,
@@ -441,6 +537,28 @@ class DeadLetterConsumer:
             self.stats.duplicates,
             self.stats.batches,
         )
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    result: IngestResult
+    # Messages stored reduced because the database refused them as parsed.
+    reduced: int
+
+
+class InlineExecutor:
+    """The writer without a thread: runs each batch at once (SQLite, where one writer is all there is)."""
+
+    def submit(self, function: Callable[..., Any], /, *arguments: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(function(*arguments))
+        except BaseException as error:  # noqa: BLE001  (delivered to the caller through the future)
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        return None
 
 
 def reduced_letter(letter: ParsedDeadLetter, error: BaseException) -> ParsedDeadLetter:

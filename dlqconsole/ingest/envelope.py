@@ -25,10 +25,10 @@ parse, text that is not UTF-8, a compressed encoding without its magic bytes, an
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import hashlib
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TypeGuard
@@ -147,6 +147,30 @@ class ParsedDeadLetter:
 
 def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.datetime) -> ParsedDeadLetter:
     """Turn one delivery (pika BasicProperties and body) into a ParsedDeadLetter. Never raises."""
+    names = _header_names()
+    try:
+        # All steps at once: the common case, and the cheap one (this runs for every ingested message).
+        parsed = _parse(source_queue, body, properties, now, names, guarded=False)
+    except Exception:  # noqa: BLE001  (some step failed: do it again step by step, recording what failed)
+        try:
+            parsed = _parse(source_queue, body, properties, now, names, guarded=True)
+        except Exception as error:  # noqa: BLE001  (the header table itself is unusable: keep the body)
+            parsed = ParsedDeadLetter(source_queue=source_queue, body=bytes(body))
+            parsed.parse_errors.append(f"the envelope could not be read: {type(error).__name__}: {error}"[:500])
+    parsed.properties_json = _dumps(parsed.properties)
+    parsed.headers_json = _dumps(parsed.headers)
+    identity = parsed.headers_json
+    if any(type(key) is str and key.lower() in DELIVERY_ANNOTATIONS for key in parsed.headers):
+        identity = _dumps(
+            {key: value for key, value in parsed.headers.items() if key.lower() not in DELIVERY_ANNOTATIONS}
+        )
+    parsed.dedupe_key = _identity_hash(source_queue, parsed.properties_json, identity, parsed.body)
+    return parsed
+
+
+def _parse(
+    source_queue: str, body: bytes, properties: Any, now: dt.datetime, names: HeaderNames, *, guarded: bool
+) -> ParsedDeadLetter:
     parsed = ParsedDeadLetter(source_queue=source_queue, body=bytes(body))
     table = _header_table(parsed, properties)
     lowered: dict[str, Any] = {}
@@ -156,23 +180,63 @@ def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.d
         if name not in lowered:
             lowered[name] = value
             original_names[name] = key
-
-    _guard(parsed, "properties", _read_properties, parsed, properties, now)
-    _guard(parsed, "x-death", _read_x_death, parsed, lowered, now)
-    _guard(parsed, "celery headers", _read_celery, parsed, lowered)
-    _guard(parsed, "error headers", _read_error_headers, parsed, lowered)
-    _guard(parsed, "body", _check_body, parsed)
-    _guard(parsed, "classification", _classify, parsed)
-    _guard(parsed, "headers", _store_headers, parsed, table, original_names)
-    parsed.properties_json = _dumps(parsed.properties)
-    parsed.headers_json = _dumps(parsed.headers)
-    identity = parsed.headers_json
-    if any(name in DELIVERY_ANNOTATIONS for name in lowered):
-        identity = _dumps(
-            {key: value for key, value in parsed.headers.items() if key.lower() not in DELIVERY_ANNOTATIONS}
-        )
-    parsed.dedupe_key = _identity_hash(source_queue, parsed.properties_json, identity, parsed.body)
+    steps: tuple[tuple[str, Callable[..., None], tuple[Any, ...]], ...] = (
+        ("properties", _read_properties, (parsed, properties, now)),
+        ("x-death", _read_x_death, (parsed, lowered, now, names)),
+        ("celery headers", _read_celery, (parsed, lowered)),
+        ("error headers", _read_error_headers, (parsed, lowered, names)),
+        ("body", _check_body, (parsed,)),
+        ("classification", _classify, (parsed,)),
+        ("headers", _store_headers, (parsed, table, original_names)),
+    )
+    for what, step, arguments in steps:
+        if guarded:
+            _guard(parsed, what, step, *arguments)
+        else:
+            step(*arguments)
     return parsed
+
+
+@dataclass(frozen=True)
+class HeaderNames:
+    """The header names settings choose, prepared for lookups in a lower-cased header table."""
+
+    errors: dict[str, tuple[str, int]]
+    replay_count: str
+    replay_count_lower: str
+    replayed_from: str
+
+
+_header_names_cache: tuple[object, HeaderNames] | None = None
+
+
+def _header_names() -> HeaderNames:
+    """HeaderNames for the current settings, computed again only when the settings object changes (tests
+    override settings; reading six settings per message would cost more than the rest of a lookup)."""
+    global _header_names_cache
+    owner = getattr(settings, "_wrapped", None)
+    cached = _header_names_cache
+    if cached is not None and cached[0] is owner:
+        return cached[1]
+    errors: dict[str, tuple[str, int]] = {}
+    lists = (
+        settings.DLQ_ERROR_TYPE_HEADERS,
+        settings.DLQ_ERROR_MESSAGE_HEADERS,
+        settings.DLQ_STACK_TRACE_HEADERS,
+        settings.DLQ_HOST_HEADERS,
+        settings.DLQ_VERSION_HEADERS,
+    )
+    for field_name, header_names in zip(ERROR_FIELDS, lists, strict=True):
+        for rank, name in enumerate(header_names):
+            errors.setdefault(name.lower(), (field_name, rank))
+    names = HeaderNames(
+        errors=errors,
+        replay_count=settings.DLQ_REPLAY_COUNT_HEADER,
+        replay_count_lower=settings.DLQ_REPLAY_COUNT_HEADER.lower(),
+        replayed_from=settings.DLQ_REPLAYED_FROM_HEADER.lower(),
+    )
+    _header_names_cache = (getattr(settings, "_wrapped", None), names)
+    return names
 
 
 def dedupe_key(*, source_queue: str, body: bytes, properties: dict[str, Any], headers: Any) -> str:
@@ -274,7 +338,7 @@ def _read_properties(parsed: ParsedDeadLetter, properties: Any, now: dt.datetime
             parsed.parse_errors.append(f"timestamp property {timestamp} is out of range")
 
 
-def _read_x_death(parsed: ParsedDeadLetter, headers: dict[str, Any], now: dt.datetime) -> None:
+def _read_x_death(parsed: ParsedDeadLetter, headers: dict[str, Any], now: dt.datetime, names: HeaderNames) -> None:
     raw = headers.get("x-death")
     entries: list[dict[Any, Any]] = []
     if raw is None:
@@ -358,14 +422,14 @@ def _read_x_death(parsed: ParsedDeadLetter, headers: dict[str, Any], now: dt.dat
     parsed.last_failed_at = last or now
     parsed.first_failed_at = first or parsed.last_failed_at
 
-    replay_header = settings.DLQ_REPLAY_COUNT_HEADER
-    replay_count = headers.get(replay_header.lower())
+    replay_header = names.replay_count
+    replay_count = headers.get(names.replay_count_lower)
     if replay_count is not None:
         if _is_int(replay_count) and 0 <= replay_count <= INT32_MAX:
             parsed.replay_count = replay_count
         else:
             parsed.parse_errors.append(f"{replay_header} {str(replay_count)[:40]!r} is not a count")
-    replayed_from = headers.get(settings.DLQ_REPLAYED_FROM_HEADER.lower())
+    replayed_from = headers.get(names.replayed_from)
     if _is_int(replayed_from) and 0 < replayed_from < 2**63:
         parsed.replayed_from = replayed_from
 
@@ -393,26 +457,8 @@ ERROR_FIELDS = ("error_type", "error_message", "stack_trace", "host", "app_versi
 TEXT_LIMITS = {"error_type": 255, "error_message": 20000, "stack_trace": 100000, "host": 255, "app_version": 64}
 
 
-@functools.lru_cache(maxsize=8)
-def _error_header_index(names: tuple[tuple[str, ...], ...]) -> dict[str, tuple[str, int]]:
-    """{lower-case header name: (field, preference)} for the configured error header lists."""
-    index: dict[str, tuple[str, int]] = {}
-    for field_name, header_names in zip(ERROR_FIELDS, names, strict=True):
-        for rank, name in enumerate(header_names):
-            index.setdefault(name.lower(), (field_name, rank))
-    return index
-
-
-def _read_error_headers(parsed: ParsedDeadLetter, headers: dict[str, Any]) -> None:
-    index = _error_header_index(
-        (
-            tuple(settings.DLQ_ERROR_TYPE_HEADERS),
-            tuple(settings.DLQ_ERROR_MESSAGE_HEADERS),
-            tuple(settings.DLQ_STACK_TRACE_HEADERS),
-            tuple(settings.DLQ_HOST_HEADERS),
-            tuple(settings.DLQ_VERSION_HEADERS),
-        )
-    )
+def _read_error_headers(parsed: ParsedDeadLetter, headers: dict[str, Any], names: HeaderNames) -> None:
+    index = names.errors
     found: dict[str, tuple[int, Any]] = {}
     for name, value in headers.items():
         slot = index.get(name)

@@ -22,6 +22,7 @@ import pytest
 from django.db import connection
 
 from dlqconsole.core.amqp import connect
+from dlqconsole.ingest.consumer import DeadLetterConsumer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,3 +178,19 @@ def consume_dlq(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
     for process in started:
         process.signal(signal.SIGKILL)
         process.kill()
+
+
+@pytest.fixture
+def make_consumer() -> Iterator[Callable[..., DeadLetterConsumer]]:
+    """Builds in-process consumers for step-by-step tests and shuts each down at the end (its writer thread
+    holds a database connection that would otherwise outlive the test database)."""
+    made: list[DeadLetterConsumer] = []
+
+    def make(**options: Any) -> DeadLetterConsumer:
+        consumer = DeadLetterConsumer(**options)
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.shutdown()

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import OperationalError, close_old_connections, connection
+from django.db import OperationalError, connection
 from django.db.models import Sum
 from django.test import override_settings
 from django.utils import timezone
@@ -83,10 +83,10 @@ def test_consume_dlq_stores_broker_dead_letters_and_empties_the_queue(
 @transactional
 @pytest.mark.sqlite
 def test_batch_committed_but_not_acked_comes_back_only_as_duplicates(
-    dead_letter_queue: DeadLetterQueue, amqp_channel: Any
+    dead_letter_queue: DeadLetterQueue, amqp_channel: Any, make_consumer: Callable[..., DeadLetterConsumer]
 ) -> None:
     publish_dead_letters(amqp_channel, dead_letter_queue, range(20))
-    consumer = DeadLetterConsumer(queues=[dead_letter_queue.dlq], batch_size=1000, batch_seconds=60)
+    consumer = make_consumer(queues=[dead_letter_queue.dlq], batch_size=1000, batch_seconds=60)
     step_until(consumer, lambda: len(consumer.buffer) == 20)
     # The process dies between the commit and the ack: the rows are there, the broker still holds the messages.
     now = timezone.now()
@@ -96,6 +96,7 @@ def test_batch_committed_but_not_acked_comes_back_only_as_duplicates(
         ]
     )
     consumer.drop_connection()
+    consumer.shutdown()
     assert wait_until(lambda: queue_depth(dead_letter_queue.dlq) == 20)
 
     call_command("consume_dlq", queues=dead_letter_queue.dlq, exit_when_idle=0.5)
@@ -113,10 +114,11 @@ def test_missing_queue_is_reported_and_consumed_once_declared(
     queue_name: Callable[[str], str],
     amqp_channel: Any,
     caplog: pytest.LogCaptureFixture,
+    make_consumer: Callable[..., DeadLetterConsumer],
 ) -> None:
     later = f"{queue_name('later')}.dlq"
     publish_dead_letters(amqp_channel, dead_letter_queue, range(5))
-    consumer = DeadLetterConsumer(queues=[later, dead_letter_queue.dlq], batch_seconds=0.05, refresh_seconds=0.3)
+    consumer = make_consumer(queues=[later, dead_letter_queue.dlq], batch_seconds=0.05, refresh_seconds=0.3)
 
     with caplog.at_level(logging.WARNING, logger="dlqconsole.ingest.consumer"):
         step_until(consumer, lambda: DeadLetter.objects.count() == 5)
@@ -137,12 +139,12 @@ def test_missing_queue_is_reported_and_consumed_once_declared(
 @pytest.mark.sqlite
 @override_settings(DLQ_QUEUES=[])
 def test_watched_queues_are_consumed_and_new_ones_picked_up(
-    queue_name: Callable[[str], str], amqp_channel: Any
+    queue_name: Callable[[str], str], amqp_channel: Any, make_consumer: Callable[..., DeadLetterConsumer]
 ) -> None:
     first = declare_dead_letter_queue(amqp_channel, queue_name("first"))
     WatchedQueue.objects.create(name=first.work, dead_letter_queue=first.dlq, dead_letter_exchange=f"{first.work}.dlx")
     publish_dead_letters(amqp_channel, first, range(3))
-    consumer = DeadLetterConsumer(batch_seconds=0.05, refresh_seconds=0.3)
+    consumer = make_consumer(batch_seconds=0.05, refresh_seconds=0.3)
     step_until(consumer, lambda: DeadLetter.objects.count() == 3)
 
     second = declare_dead_letter_queue(amqp_channel, queue_name("second"))
@@ -157,37 +159,49 @@ def test_watched_queues_are_consumed_and_new_ones_picked_up(
 
 
 @transactional
+@pytest.mark.parametrize("pipeline", [True, False], ids=["writer-thread", "inline"])
 def test_database_outage_keeps_the_batch_unacked_and_writes_it_when_back(
-    dead_letter_queue: DeadLetterQueue, amqp_channel: Any, caplog: pytest.LogCaptureFixture
+    pipeline: bool,
+    dead_letter_queue: DeadLetterQueue,
+    amqp_channel: Any,
+    make_consumer: Callable[..., DeadLetterConsumer],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish_dead_letters(amqp_channel, dead_letter_queue, range(12))
-    consumer = DeadLetterConsumer(queues=[dead_letter_queue.dlq], batch_size=1000, batch_seconds=0.2)
+    consumer = make_consumer(queues=[dead_letter_queue.dlq], batch_seconds=0.05, pipeline=pipeline)
+    publish_dead_letters(amqp_channel, dead_letter_queue, range(5))
+    step_until(consumer, lambda: consumer.stats.batches == 1)
+    consumer.batch_seconds = 300
+    publish_dead_letters(amqp_channel, dead_letter_queue, range(5, 17), wait=False)
     step_until(consumer, lambda: len(consumer.buffer) == 12)
-    close_old_connections()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = cursor.fetchone()[0]
-    # What a database restart does to the consumer's session, for real.
+    # What a database restart does to every session, the consumer's (whichever thread it is in) for real.
     with psycopg.connect(subprocess_database_url(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [backend])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    if pipeline:
+        # This test's own session died too; inline, it is the consumer's session and must fail in its hands.
+        connection.close()
+    consumer.batch_seconds = 0
 
     with caplog.at_level(logging.WARNING, logger="dlqconsole.ingest.consumer"):
         step_until(consumer, lambda: consumer.stats.database_errors == 1)
     assert "12 deliveries stay unacked" in caplog.text
-    assert len(consumer.buffer) == 12
-    step_until(consumer, lambda: consumer.stats.batches == 1)
+    assert consumer.pending == 12
+    assert DeadLetter.objects.count() == 5
+    step_until(consumer, lambda: consumer.stats.batches == 2)
     consumer.shutdown()
 
-    assert counters() == (12, 12, 12)
+    assert counters() == (17, 17, 17)
     assert queue_depth(dead_letter_queue.dlq) == 0
 
 
 @transactional
 def test_dead_letter_the_database_refuses_is_stored_reduced_with_the_error(
-    dead_letter_queue: DeadLetterQueue, amqp_channel: Any
+    dead_letter_queue: DeadLetterQueue, amqp_channel: Any, make_consumer: Callable[..., DeadLetterConsumer]
 ) -> None:
     publish_dead_letters(amqp_channel, dead_letter_queue, range(4))
-    consumer = DeadLetterConsumer(queues=[dead_letter_queue.dlq], batch_size=1000, batch_seconds=60)
+    consumer = make_consumer(queues=[dead_letter_queue.dlq], batch_size=1000, batch_seconds=60)
     step_until(consumer, lambda: len(consumer.buffer) == 4)
     # A parser bug that lets a NUL through: PostgreSQL refuses it in a text column.
     poisoned: Delivery = consumer.buffer[2]
