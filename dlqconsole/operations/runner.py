@@ -13,11 +13,10 @@ A dead letter keeps its status while its message is in flight: the in-flight ite
 dead letter's row lock by every other operation's take. (Changing the status twice per message would double the
 writes to the widest, most indexed table; see bench/replay.py.)
 
-Outside a transaction (a Celery worker) the heavy database work runs on a second thread with its own connection:
-while the main thread publishes batch N, that lane records batch N-1 and reads batch N+1 ahead (messages and all,
-no locks). The take stays on the main thread, right before its publish, and a batch is half a chunk, so at most a
-chunk is in flight at any moment (one batch publishing, one whose record has not landed). Inside a transaction
-(tests wrapped in one) everything runs in order on the caller's connection; the steps are the same.
+Outside a transaction (a Celery worker) the database work runs on two threads with their own connections: while
+the main thread publishes batch N, one records batch N-1 and the other, once that record has landed, takes batch
+N+1. A batch is half a chunk, so at most a chunk is in flight at any moment. Inside a transaction (tests wrapped in
+one) everything runs in order on the caller's connection; the steps are the same.
 
 Only one worker runs an operation at a time: it claims the row with a conditional UPDATE and keeps a heartbeat;
 the sweeper hands an operation whose heartbeat went stale to another worker.
@@ -30,7 +29,7 @@ import logging
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from dlqconsole.core.publish import (
     Outcome,
     PublishError,
 )
-from dlqconsole.core.ratelimit import Grant, Rate, RateLimiter, get_rate_limiter, parse_rate
+from dlqconsole.core.ratelimit import Rate, RateLimiter, get_rate_limiter, parse_rate
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
@@ -84,8 +83,11 @@ RETURN_SHARE_MIN_SAMPLE = 20
 # Broker or limiter failures in a row before the operation pauses.
 CONNECTION_ATTEMPTS = 3
 TICK_SECONDS = 2.0
-# The rate limiter hands out the tokens due within this many seconds in one round trip.
-RESERVE_HORIZON = 0.1
+# The rate limiter hands out the tokens due within this many seconds in one round trip. Tokens left over at the end
+# of a batch carry over to the next, so a pause between batches shorter than this costs no rate; at the end of an
+# operation they are wasted (a quarter of a second of its rate at most).
+RESERVE_HORIZON = 0.25
+RESERVE_AT_MOST = 1000
 LETTER_FIELDS = (
     "id",
     "source_queue",
@@ -150,30 +152,40 @@ class _Take:
 
 
 class _Pacer:
-    """Spaces publishes per destination by the shared rate limiter, reserving the tokens due shortly at once."""
+    """Spaces publishes per destination by the shared rate limiter, reserving the tokens due shortly at once and
+    spending them at their due times (kept as monotonic-clock deadlines)."""
 
     def __init__(self, limiter: RateLimiter, rate: Rate) -> None:
         self.limiter = limiter
         self.rate = rate
-        self.grants: dict[str, tuple[Grant, int]] = {}
-        self.wanted: dict[str, int] = defaultdict(int)
+        self.tokens: dict[str, deque[float]] = defaultdict(deque)
 
     def delay_for(self, key: str) -> float:
-        grant, index = self.grants.get(key, (None, 0))
-        if grant is None or index >= grant.count:
-            wanted = max(1, min(self.wanted[key], 1000))
-            grant = self.limiter.reserve(key, self.rate, wanted, horizon=RESERVE_HORIZON)
-            index = 0
-            if grant.count == 0:
-                self.grants.pop(key, None)
-                # Ask again when the next token is within reach of the horizon.
-                return max(0.001, grant.at + grant.due(0) - RESERVE_HORIZON - time.monotonic())
-        delay = grant.at + grant.due(index) - time.monotonic()
+        tokens = self.tokens[key]
+        if not tokens:
+            wait = self._reserve(key)
+            if wait:
+                return wait
+        delay = tokens[0] - time.monotonic()
         if delay > 0.0005:
-            self.grants[key] = (grant, index)
             return delay
-        self.grants[key] = (grant, index + 1)
-        self.wanted[key] -= 1
+        tokens.popleft()
+        return 0.0
+
+    def prime(self, keys: set[str]) -> None:
+        """Reserve ahead for these destinations now, between batches: the tokens falling due while the next batch
+        is taken are spent as soon as it is ready, instead of the rate dropping for the length of the gap."""
+        for key in keys:
+            tokens = self.tokens[key]
+            if not tokens or tokens[-1] < time.monotonic() + RESERVE_HORIZON:
+                self._reserve(key)
+
+    def _reserve(self, key: str) -> float:
+        """Add the tokens due within the horizon; when none is, the seconds until asking again is worth it."""
+        grant = self.limiter.reserve(key, self.rate, RESERVE_AT_MOST, horizon=RESERVE_HORIZON)
+        if grant.count == 0:
+            return max(0.001, grant.at + grant.due(0) - RESERVE_HORIZON - time.monotonic())
+        self.tokens[key].extend(grant.at + grant.due(index) for index in range(grant.count))
         return 0.0
 
 
@@ -231,7 +243,7 @@ class OperationRunner:
         # publishes.
         self.reader = _Lane(threaded=False)
         self.recorder = _Lane(threaded=False)
-        self.prefetched: Future[list[_Read]] | None = None
+        self.prefetched: Future[_Take | None] | None = None
         self.recording: list[Future[None]] = []
 
     # The loop ------------------------------------------------------------------------------------------------
@@ -303,18 +315,16 @@ class OperationRunner:
             self._check_returns(force=False)
 
     def _settle(self) -> None:
-        """Wait for the database lanes: forget a batch read ahead (it is read again later), let every record land."""
+        """Wait for the database lanes: give back a batch taken ahead (never sent), let every record land."""
         if self.prefetched is not None:
-            reads = self.prefetched.result()
+            take = self.prefetched.result()
             self.prefetched = None
-            if reads:
-                with self.cursor_lock:
-                    self.cursor = min(self.cursor, reads[0].item_pk - 1)
+            if take is not None and take.claimed:
+                self._record_now(take.claimed, outcomes={}, publish_error="")
         self._wait_records()
 
-    def _wait_records(self, *, keep: int = 0) -> None:
-        """Wait until at most `keep` records are still to land (the newest ones)."""
-        while len(self.recording) > keep:
+    def _wait_records(self) -> None:
+        while self.recording:
             self.recording.pop(0).result()
 
     def _claim(self) -> bool:
@@ -357,10 +367,7 @@ class OperationRunner:
             return
         if self.limiter is None:
             self.limiter = get_rate_limiter()
-        previous = self.pacer
         self.pacer = _Pacer(self.limiter, rate)
-        if previous is not None:
-            self.pacer.wanted.update(previous.wanted)
 
     def _next_items(self, limit: int, *, resume: bool = True) -> list[tuple[int, int, str]]:
         """(pk, dead letter id, status) of the next items: ones left in flight first (when there may be some),
@@ -448,30 +455,29 @@ class OperationRunner:
     # Retry, move, edit and retry -----------------------------------------------------------------------------
 
     def _publish_round(self, operation: Operation, limit: int, *, prefetch: bool) -> bool:
-        """Publish one batch. With `prefetch`, the lanes record the previous batch and read the next one while this
-        one goes out; a batch is then half a chunk, so at most a chunk is ever in flight (one batch publishing, one
-        whose record has not landed). False when nothing is left."""
+        """Publish one batch. With `prefetch`, the lanes record the previous batch and take the next one while this
+        one goes out. A batch is then half a chunk, and a batch is taken ahead only once the one before the current
+        one is recorded, so at most a chunk is ever in flight. False when nothing is left."""
         if prefetch:
             limit = max(1, limit // 2)
-        read_ahead = self.prefetched is not None
-        if read_ahead:
-            assert self.prefetched is not None
-            reads = self.prefetched.result()
+        ahead = self.prefetched is not None
+        if self.prefetched is not None:
+            take = self.prefetched.result()
             self.prefetched = None
         else:
-            reads = self._read_fresh(limit)
-        if not reads and read_ahead:
-            # Reads ahead see pending items only: before calling it done, look once more for leftovers in flight
+            take = self._take_fresh(operation, limit)
+        if take is None and ahead:
+            # Takes ahead see pending items only: before calling it done, look once more for leftovers in flight
             # (from a worker that died, or from a lost connection).
             self._settle()
             with self.cursor_lock:
                 self.look_for_in_flight = True
-            reads = self._read_fresh(limit)
-        if not reads:
+            take = self._take_fresh(operation, limit)
+        if take is None:
             return False
         if prefetch:
-            self.prefetched = self.reader.submit(self._read_next, limit, False)
-        take = self._take(operation, reads)
+            previous = self.recording[-1] if self.recording else None
+            self.prefetched = self.reader.submit(self._take_next, operation, limit, False, previous)
         if take.failed:
             self._count_failures(take.failed, take.error)
         if not take.claimed:
@@ -483,27 +489,39 @@ class OperationRunner:
             self._settle()
             self._count_connection_failure(str(error))
             return True
-        # At most one earlier batch may still be unrecorded while this one is out: a chunk in flight at most.
-        self._wait_records(keep=1)
         outcomes = publisher.publish(
             self._messages(take.claimed), delay_for=self._delay_for(take.claimed), on_tick=self._heartbeat
         )
+        if self.pacer is not None and not publisher.error:
+            self.pacer.prime({entry.destination.limit_key for entry in take.claimed})
         lost = publisher.error or ("" if publisher.is_open else "the connection to RabbitMQ was lost")
         by_key: dict[Hashable, Outcome] = {outcome.key: outcome for outcome in outcomes}
         self._count_outcomes(outcomes)
         if lost and any(outcome.status not in (CONFIRMED, RETURNED, NACKED) for outcome in outcomes):
-            # Nothing more goes out on this chunk's heels: record it, give back the prefetched one, back off.
+            # Nothing more goes out on this batch's heels: record it, give back the one taken ahead, back off.
             self._record_now(take.claimed, outcomes=by_key, publish_error=lost)
             self._settle()
             self._count_connection_failure(lost)
         else:
+            # Let go of what has landed (raising here if a record failed), keeping memory flat.
+            while self.recording and self.recording[0].done():
+                self.recording.pop(0).result()
             self.recording.append(self.recorder.submit(self._record, take.claimed, by_key, lost))
         return True
 
-    def _read_fresh(self, limit: int) -> list[_Read]:
-        """A read that may take leftovers in flight: only once every record has landed, when nothing of ours is."""
+    def _take_fresh(self, operation: Operation, limit: int) -> _Take | None:
+        """A take that may pick up leftovers in flight: only once every record has landed, when nothing of ours is."""
         self._wait_records()
-        return self.reader.submit(self._read_next, limit, True).result()
+        return self.reader.submit(self._take_next, operation, limit, True, None).result()
+
+    def _take_next(self, operation: Operation, limit: int, resume: bool, after: Future[None] | None) -> _Take | None:
+        """Read the next batch and take it, once `after` (the record of the batch before) has landed."""
+        if after is not None:
+            after.result()
+        reads = self._read_next(limit, resume)
+        if not reads:
+            return None
+        return self._take(operation, reads)
 
     def _messages(self, claimed: list[_Claimed]) -> list[Message]:
         return [
@@ -527,8 +545,6 @@ class OperationRunner:
         if pacer is None:
             return None
         keys: dict[Hashable, str] = {entry.letter.pk: entry.destination.limit_key for entry in claimed}
-        for key in keys.values():
-            pacer.wanted[key] += 1
 
         def delay_for(message: Message) -> float:
             # The pacer of the moment: an operator may change (or lift) the rate while this chunk runs.
