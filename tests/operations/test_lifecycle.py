@@ -17,6 +17,7 @@ from dlqconsole.operations.services import (
     delete_expired_archives,
     pause_operation,
     plan_operation,
+    requeue_stale_operations,
     resume_operation,
     run_operation,
     start_operation,
@@ -205,3 +206,40 @@ def test_progress_and_eta_follow_the_counts(operator):
     assert operation.eta is not None and 29 <= operation.eta.total_seconds() <= 31
     operation.status = "paused"
     assert operation.eta is None
+
+
+def test_the_sweeper_requeues_operations_whose_worker_went_quiet(
+    operator, settings, django_capture_on_commit_callbacks
+):
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS + 1)
+    quiet = Operation.objects.create(kind="retry", status="running", runner="dead", heartbeat_at=stale)
+    lost = Operation.objects.create(kind="retry", status="canary", heartbeat_at=None)
+    alive = Operation.objects.create(kind="retry", status="running", runner="alive", heartbeat_at=now)
+    waiting = Operation.objects.create(
+        kind="retry", status="canary", heartbeat_at=stale, canary_until=now + dt.timedelta(seconds=30)
+    )
+    Operation.objects.create(kind="retry", status="paused", heartbeat_at=stale)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        requeued = requeue_stale_operations(now=now)
+
+    assert requeued == [quiet.pk, lost.pk]
+    assert len(callbacks) == 2
+    assert alive.pk not in requeued and waiting.pk not in requeued
+
+
+def test_every_beat_entry_names_a_registered_task(settings):
+    from dlqconsole.celery import app
+
+    app.loader.import_default_modules()
+    names = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    operations = {name for name in names if str(name).startswith("operations.")}
+
+    assert operations == {
+        "operations.sweep_operations",
+        "operations.schedule_new_dead_letters",
+        "operations.start_due_retries",
+        "operations.delete_expired_archives",
+    }
+    assert operations <= set(app.tasks)
