@@ -9,8 +9,13 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - set_pattern_note(*, pattern, note, actor) -> FailurePattern
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
 - split_pattern(*, pattern, name, actor, regex="", header="") -> FailurePattern   (the new pattern)
+- preview_split(*, pattern, regex="", header="", limit=10000) -> int        (how many a split would take)
 - save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
 - delete_fingerprint_rule(*, rule, actor) -> None
+- validate_rule(*, name, regex, header) -> None                            (raises PatternError; for forms)
+
+Who may call what is the caller's check (dlqconsole.accounts.roles): triage, merge and split are operator
+actions on the pages; custom rules are configuration, admin only.
 
 Locking order, shared with ingest (dlqconsole.deadletters.grouping.store), so that nothing can deadlock:
 cluster rows, then fingerprint rows (by key), then pattern rows (by id), then dead letters and counters. A
