@@ -247,6 +247,11 @@ def clear_caches() -> None:
 
 
 def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: str) -> Fingerprint:
+    # Templates and keys are stored; PostgreSQL refuses NUL characters in text.
+    if "\x00" in message or "\x00" in stack_trace or "\x00" in error_type:
+        message, stack_trace = message.replace("\x00", "\ufffd"), stack_trace.replace("\x00", "\ufffd")
+        error_type = error_type.replace("\x00", "\ufffd")
+    error_type = error_type[:255]
     trace = stack_trace
     if not trace and stacktrace.looks_like_trace(message):
         # Some services send the whole printed exception as the message; group it as a trace, and fall back

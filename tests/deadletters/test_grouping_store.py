@@ -192,3 +192,21 @@ def test_a_large_cluster_files_newcomers_that_fit_without_mining_again(
     )
     assert Fingerprint.objects.filter(pattern=pattern).count() == 6
     assert_counts_exact()
+
+
+def test_hostile_error_text_is_grouped_and_stored(ingest: Ingest) -> None:
+    rows = ingest(
+        {"message": "nul \x00 in the text 42", "error_type": "Bad\x00Type"},
+        {"message": "x" * 50000},
+        {"message": "'" * 3000 + ":" * 3000},
+        {"message": "ünïcödé ✓ 𝔘 user 名前 not found"},
+        {"message": "boom", "error_type": "E" * 1000},
+        {
+            "message": "boom",
+            "stack_trace": "Traceback (most recent call last):\n" + '  File "/app/a.py", line 1, in f\n' * 3000,
+        },
+    )
+
+    assert all(row.pattern_id for row in rows)
+    assert "\x00" not in FailurePattern.objects.get(pk=rows[0].pattern_id).template
+    assert_counts_exact()

@@ -146,7 +146,9 @@ def _lock_clusters(clusters: Iterable[tuple[str, str, int]], *, now: dt.datetime
     by_key = {cluster_key(*cluster): cluster for cluster in clusters}
     PatternCluster.objects.bulk_create(
         [
-            PatternCluster(key=key, error_type=error_type, failure_reason=reason, token_count=count, created_at=now)
+            PatternCluster(
+                key=key, error_type=error_type[:255], failure_reason=reason, token_count=count, created_at=now
+            )
             for key, (error_type, reason, count) in sorted(by_key.items())
         ],
         ignore_conflicts=True,
