@@ -150,17 +150,17 @@ def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.d
     names = _header_names()
     try:
         # All steps at once: the common case, and the cheap one (this runs for every ingested message).
-        parsed = _parse(source_queue, body, properties, now, names, guarded=False)
+        parsed, lowered = _parse(source_queue, body, properties, now, names, guarded=False)
     except Exception:  # noqa: BLE001  (some step failed: do it again step by step, recording what failed)
         try:
-            parsed = _parse(source_queue, body, properties, now, names, guarded=True)
+            parsed, lowered = _parse(source_queue, body, properties, now, names, guarded=True)
         except Exception as error:  # noqa: BLE001  (the header table itself is unusable: keep the body)
-            parsed = ParsedDeadLetter(source_queue=source_queue, body=bytes(body))
+            parsed, lowered = ParsedDeadLetter(source_queue=source_queue, body=bytes(body)), {}
             parsed.parse_errors.append(f"the envelope could not be read: {type(error).__name__}: {error}"[:500])
     parsed.properties_json = _dumps(parsed.properties)
     parsed.headers_json = _dumps(parsed.headers)
     identity = parsed.headers_json
-    if any(type(key) is str and key.lower() in DELIVERY_ANNOTATIONS for key in parsed.headers):
+    if not DELIVERY_ANNOTATIONS.isdisjoint(lowered):
         identity = _dumps(
             {key: value for key, value in parsed.headers.items() if key.lower() not in DELIVERY_ANNOTATIONS}
         )
@@ -170,7 +170,8 @@ def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.d
 
 def _parse(
     source_queue: str, body: bytes, properties: Any, now: dt.datetime, names: HeaderNames, *, guarded: bool
-) -> ParsedDeadLetter:
+) -> tuple[ParsedDeadLetter, dict[str, Any]]:
+    """The parsed letter and the header table with lower-cased names."""
     parsed = ParsedDeadLetter(source_queue=source_queue, body=bytes(body))
     table = _header_table(parsed, properties)
     lowered: dict[str, Any] = {}
@@ -194,7 +195,7 @@ def _parse(
             _guard(parsed, what, step, *arguments)
         else:
             step(*arguments)
-    return parsed
+    return parsed, lowered
 
 
 @dataclass(frozen=True)
