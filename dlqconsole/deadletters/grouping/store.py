@@ -38,7 +38,7 @@ from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, m
 CHUNK = 500
 MAX_HOPS = 8
 # From this many fingerprints on, a cluster is not mined again for newcomers that fit one of its templates.
-LARGE_CLUSTER = 500
+LARGE_CLUSTER = 100
 
 
 @dataclass(frozen=True, slots=True)
