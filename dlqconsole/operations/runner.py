@@ -161,6 +161,8 @@ class _Pacer:
         self.tokens: dict[str, deque[float]] = defaultdict(deque)
 
     def delay_for(self, key: str) -> float:
+        # Tokens that fell due during a pause are spent at once. They are few: at most what was reserved ahead,
+        # a horizon's worth when the pause began and another primed at its start.
         tokens = self.tokens[key]
         if not tokens:
             wait = self._reserve(key)

@@ -459,10 +459,16 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
         .exclude(status=OperationStatus.CANARY, canary_until__gt=now)
         .order_by("pk")
     )
-    requeued = list(stale.values_list("pk", flat=True))
-    for operation in Operation.objects.filter(pk__in=requeued):
-        logger.info("operation %s has no live worker; requeueing it", operation.pk)
-        enqueue_run(operation)
+    requeued = []
+    for operation in stale:
+        # Take the claim away from the silent worker and start the clock again, so that one task is queued per
+        # stale period (not one per sweep while it waits behind other work) and a worker that only stalled finds
+        # on its next heartbeat that the operation is no longer its own.
+        handed = stale.filter(pk=operation.pk).update(runner="", heartbeat_at=now)
+        if handed:
+            logger.info("operation %s has no live worker; requeueing it", operation.pk)
+            enqueue_run(operation)
+            requeued.append(operation.pk)
     return requeued
 
 

@@ -227,6 +227,9 @@ def test_the_sweeper_requeues_operations_whose_worker_went_quiet(
     assert requeued == [quiet.pk, lost.pk]
     assert len(callbacks) == 2
     assert alive.pk not in requeued and waiting.pk not in requeued
+    quiet.refresh_from_db()
+    assert (quiet.runner, quiet.heartbeat_at) == ("", now)  # the silent worker lost its claim
+    assert requeue_stale_operations(now=now + dt.timedelta(seconds=15)) == []  # one task per stale period
 
 
 def test_every_beat_entry_names_a_registered_task(settings):

