@@ -132,6 +132,7 @@ def consumers(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
         process.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_consumers_make_the_same_patterns_as_one(
     queue_name: Callable[[str], str], amqp_channel: Any, consumers: Callable[..., ConsumerProcess]
