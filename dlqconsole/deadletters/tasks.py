@@ -2,11 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
-
+from dlqconsole.celery import app
 from dlqconsole.deadletters.exports import write_export
 
 
-@shared_task(name="deadletters.write_export")
+@app.task(name="deadletters.write_export")
 def write_export_task(*, token: str, filter: dict[str, Any], export_format: str) -> int:  # noqa: A002
     return write_export(token=token, filter=filter, export_format=export_format)

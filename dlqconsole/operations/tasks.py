@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 
-from celery import shared_task
-
+from dlqconsole.celery import app
 from dlqconsole.operations import policies, services
 
 
-@shared_task(name="operations.run_operation")
+@app.task(name="operations.run_operation")
 def run_operation_task(operation_id: int) -> None:
     def continue_later(seconds: float) -> None:
         # The canary's wait: come back when it is over instead of holding a worker process.
@@ -18,21 +17,21 @@ def run_operation_task(operation_id: int) -> None:
     services.run_operation(operation_id=operation_id, continue_later=continue_later)
 
 
-@shared_task(name="operations.sweep_operations")
+@app.task(name="operations.sweep_operations")
 def sweep_operations() -> None:
     services.requeue_stale_operations()
 
 
-@shared_task(name="operations.schedule_new_dead_letters")
+@app.task(name="operations.schedule_new_dead_letters")
 def schedule_new_dead_letters() -> None:
     policies.schedule_new_dead_letters()
 
 
-@shared_task(name="operations.start_due_retries")
+@app.task(name="operations.start_due_retries")
 def start_due_retries() -> None:
     policies.start_due_retries()
 
 
-@shared_task(name="operations.delete_expired_archives")
+@app.task(name="operations.delete_expired_archives")
 def delete_expired_archives() -> None:
     services.delete_expired_archives()

@@ -62,7 +62,8 @@ def use_queue(name: str) -> None:
 
 
 # No Django fixup: the demo tasks use no database, and the fixup's start-up checks would import every URLconf.
-app = Celery("dlqconsole_demo", include=["dlqconsole.ingest.demo.tasks"], fixups=[])
+# set_as_current=False: importing the demo app (tests do) must not make it the current app of this process.
+app = Celery("dlqconsole_demo", include=["dlqconsole.ingest.demo.tasks"], fixups=[], set_as_current=False)
 app.conf.update(
     broker_url=settings.CELERY_BROKER_URL,
     broker_connection_retry_on_startup=True,
