@@ -1,0 +1,79 @@
+"""The confirmed publisher the operations use (dlqconsole/core/publish.py), on the real broker."""
+
+from __future__ import annotations
+
+import pika
+
+from dlqconsole.core.amqp import connection_parameters
+from dlqconsole.core.publish import CONFIRMED, NOT_SENT, RETURNED, UNCONFIRMED, ConfirmedPublisher, Message
+from tests.operations.conftest import wait_for_depth
+
+
+def messages(queue: str, count: int, *, start: int = 0) -> list[Message]:
+    return [
+        Message(
+            key=n,
+            exchange="",
+            routing_key=queue,
+            body=f"m{n}".encode(),
+            properties=pika.BasicProperties(headers={"key": n}),
+        )
+        for n in range(start, start + count)
+    ]
+
+
+def test_every_message_gets_one_outcome_confirmed_or_returned(channel, queue_name):
+    queue = queue_name("out")
+    channel.queue_declare(queue=queue)
+    batch = messages(queue, 50) + messages(queue_name("missing"), 5, start=50)
+
+    with ConfirmedPublisher(connection_parameters(), key_header="key", window=8) as publisher:
+        outcomes = publisher.publish(batch)
+
+    assert sorted(outcome.key for outcome in outcomes) == list(range(55))
+    statuses = {outcome.key: outcome.status for outcome in outcomes}
+    assert [statuses[n] for n in range(50)] == [CONFIRMED] * 50
+    assert [statuses[n] for n in range(50, 55)] == [RETURNED] * 5
+    assert all("NO_ROUTE" in outcome.error for outcome in outcomes if outcome.status == RETURNED)
+    assert wait_for_depth(channel, queue, 50) == 50
+
+
+def test_a_lost_connection_leaves_every_message_accounted_for(channel, queue_name):
+    queue = queue_name("out")
+    channel.queue_declare(queue=queue)
+    publisher = ConfirmedPublisher(connection_parameters(), key_header="key", window=10)
+    publisher.open()
+    sent = 0
+
+    def delay_for(message: Message) -> float:
+        nonlocal sent
+        sent += 1
+        if sent == 25:
+            publisher._connection.close()  # type: ignore[union-attr]  # the broker going away mid-batch
+        return 0.0
+
+    outcomes = publisher.publish(messages(queue, 100), delay_for=delay_for)
+
+    assert sorted(outcome.key for outcome in outcomes) == list(range(100))
+    by_status: dict[str, int] = {}
+    for outcome in outcomes:
+        by_status[outcome.status] = by_status.get(outcome.status, 0) + 1
+    assert set(by_status) <= {CONFIRMED, UNCONFIRMED, NOT_SENT}
+    assert by_status.get(NOT_SENT, 0) >= 75  # nothing went out after the connection closed
+    assert not publisher.is_open
+    # What the broker took is at least what was confirmed: unconfirmed ones may or may not have arrived.
+    assert wait_for_depth(channel, queue, by_status.get(CONFIRMED, 0)) >= by_status.get(CONFIRMED, 0)
+
+
+def test_halting_from_the_tick_stops_sending_and_keeps_the_rest(channel, queue_name):
+    queue = queue_name("out")
+    channel.queue_declare(queue=queue)
+
+    with ConfirmedPublisher(connection_parameters(), key_header="key") as publisher:
+        outcomes = publisher.publish(
+            messages(queue, 20), delay_for=lambda message: 0.05, on_tick=lambda: False, tick_seconds=0.01
+        )
+
+    assert len(outcomes) == 20
+    assert {outcome.status for outcome in outcomes} == {NOT_SENT}
+    assert wait_for_depth(channel, queue, 1, timeout=0.3) == 0
