@@ -17,6 +17,7 @@ from dlqconsole.deadletters import selectors, views
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from dlqconsole.ingest.services import add_counts
 from tests.deadletters.page_world import ingest, letter, many
 
 pytestmark = [pytest.mark.django_db]
@@ -54,6 +55,25 @@ def test_dashboard_shows_parked_per_queue_from_the_counters(viewer_client: Clien
     assert ">777<" in html
     assert ">780<" in html  # total parked: 3 + 777
     assert escape(FailurePattern.objects.get(pk=declined[0].pattern_id).template) in html
+
+
+@pytest.mark.sqlite
+def test_queue_summaries_give_the_oldest_and_newest_parked_arrival() -> None:
+    now = timezone.now()
+    first = ingest(letter(queue="orders"), now=now - dt.timedelta(hours=5))
+    ingest(letter(queue="orders"), now=now - dt.timedelta(hours=1))
+    ingest(letter(queue="billing"), now=now - dt.timedelta(minutes=3))
+    DeadLetter.objects.filter(pk=first[0].pk).update(status=DeadLetterStatus.REPLAYED)
+    cell = ("orders.dlq", first[0].pattern_id, first[0].failure_reason)
+    add_counts([(*cell, DeadLetterStatus.PARKED, -1), (*cell, DeadLetterStatus.REPLAYED, 1)])
+    ingest(letter(queue="orders"), now=now - dt.timedelta(minutes=1))
+
+    found = {summary.queue: summary for summary in selectors.queue_summaries()}
+
+    assert (found["orders.dlq"].parked, found["billing.dlq"].parked) == (2, 1)
+    assert found["orders.dlq"].oldest_at == now - dt.timedelta(hours=1)
+    assert found["orders.dlq"].newest_at == now - dt.timedelta(minutes=1)
+    assert found["billing.dlq"].oldest_at == found["billing.dlq"].newest_at == now - dt.timedelta(minutes=3)
 
 
 @pytest.mark.sqlite
