@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from common import (  # noqa: E402
+from bench.common import (  # noqa: E402
     PYTHON,
     amqp_channel,
     drop_database,
