@@ -257,6 +257,10 @@ class PatternEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [
+            # Alert evaluation and /metrics: recent reopenings and creations across all patterns.
+            models.Index(fields=["kind", "-created_at"], name="patternevent_kind_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.from_status}->{self.to_status}"
