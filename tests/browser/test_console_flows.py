@@ -69,6 +69,7 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     page.click("nav >> text=Patterns")
     page.fill("#f-q", "inventory timed out")
     page.press("#f-q", "Enter")
+    page.wait_for_load_state("networkidle")
     row = page.locator("#patterns tbody tr", has_text="inventory timed out after")
     expect(row).to_have_count(1)
     expect(page.locator("#patterns tbody tr")).to_have_count(1)
@@ -76,6 +77,11 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     page.evaluate("window.__sameDocument = true")
     row.locator("button", has_text="Acknowledge").click()
     expect(row.locator(".chip")).to_have_text("Acknowledged")
+    # Choosing in a select filters at once (no submit button needed).
+    page.select_option("#f-status", "resolved")
+    expect(page.locator("#patterns")).to_contain_text("No pattern matches.")
+    page.select_option("#f-status", "acknowledged")
+    expect(row).to_have_count(1)
     assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "patterns")
 
