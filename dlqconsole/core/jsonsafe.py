@@ -83,11 +83,23 @@ def encode(value: Any, *, depth: int = 0, max_depth: int = 64, problems: list[st
 def _encode_table(value: dict[Any, Any], *, depth: int, max_depth: int, problems: list[str] | None) -> Any:
     if depth >= max_depth:
         return _too_deep(value, problems)
-    if all(type(key) is str and key not in TAGS and "\x00" not in key for key in value):
-        return {
-            key: encode(item, depth=depth + 1, max_depth=max_depth, problems=problems) for key, item in value.items()
-        }
-    # Keys that are bytes (not UTF-8 on the wire), contain NUL or look like a tag: keep them exactly.
+    encoded: dict[str, Any] = {}
+    # One pass with the common values inlined (this runs for every header of every ingested message); a key
+    # that is not plain text sends the whole table to the "$map" form below.
+    for key, item in value.items():
+        if type(key) is not str or key in TAGS or "\x00" in key:
+            break
+        kind = type(item)
+        if kind is str:
+            if "\x00" not in item and item.isascii():
+                encoded[key] = item
+                continue
+        elif item is None or kind is int or kind is bool:
+            encoded[key] = item
+            continue
+        encoded[key] = encode(item, depth=depth + 1, max_depth=max_depth, problems=problems)
+    else:
+        return encoded
     return {
         "$map": [
             [encode(key), encode(item, depth=depth + 1, max_depth=max_depth, problems=problems)]

@@ -69,6 +69,7 @@ DELIVERY_ANNOTATIONS = frozenset({"x-delivery-count", "x-acquired-count"})
 # Timestamps outside this window are nonsense (a sender's bug, or a hostile header): kept raw, not used.
 EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 LATEST_AHEAD = dt.timedelta(days=2)
+EARLIEST_SECONDS = EARLIEST.timestamp()
 INT32_MAX = 2**31 - 1
 # Encodings a body may legitimately declare (Celery writes "utf-8" and "binary").
 KNOWN_CONTENT_ENCODINGS = frozenset(
@@ -335,7 +336,7 @@ def _read_properties(parsed: ParsedDeadLetter, properties: Any, now: dt.datetime
     if timestamp is not None:
         if not _is_int(timestamp):
             parsed.parse_errors.append(f"timestamp property {str(timestamp)[:40]!r} is not a number of seconds")
-        elif not EARLIEST.timestamp() <= timestamp <= (now + LATEST_AHEAD).timestamp():
+        elif not EARLIEST_SECONDS <= timestamp <= (now + LATEST_AHEAD).timestamp():
             parsed.parse_errors.append(f"timestamp property {timestamp} is out of range")
 
 
