@@ -88,6 +88,9 @@ TICK_SECONDS = 2.0
 # operation they are wasted (a quarter of a second of its rate at most).
 RESERVE_HORIZON = 0.25
 RESERVE_AT_MOST = 1000
+# Batches in flight at most while pipelining (one publishing, one taken ahead, the rest not yet recorded); a batch
+# is this share of DLQ_OPERATION_CHUNK_SIZE, so the chunk still bounds what a killed worker can leave in flight.
+PIPELINE_DEPTH = 3
 LETTER_FIELDS = (
     "id",
     "source_queue",
@@ -244,7 +247,9 @@ class OperationRunner:
         # Two database lanes: one reads batches ahead, the other records outcomes, both while the main thread
         # publishes.
         self.reader = _Lane(threaded=False)
+        self.taker = _Lane(threaded=False)
         self.recorder = _Lane(threaded=False)
+        self.read_ahead: Future[list[_Read]] | None = None
         self.prefetched: Future[_Take | None] | None = None
         self.recording: list[Future[None]] = []
 
@@ -256,7 +261,7 @@ class OperationRunner:
             return False
         # A transaction around us (tests) would hide its rows from a second connection.
         threaded = not connection.in_atomic_block
-        self.reader, self.recorder = _Lane(threaded=threaded), _Lane(threaded=threaded)
+        self.reader, self.taker, self.recorder = (_Lane(threaded=threaded) for _ in range(3))
         try:
             self._loop()
             self._settle()
@@ -270,6 +275,7 @@ class OperationRunner:
         finally:
             self._close_publisher()
             self.reader.close()
+            self.taker.close()
             self.recorder.close()
             Operation.objects.filter(pk=self.operation_id, runner=self.token).update(runner="")
         return True
@@ -317,12 +323,19 @@ class OperationRunner:
             self._check_returns(force=False)
 
     def _settle(self) -> None:
-        """Wait for the database lanes: give back a batch taken ahead (never sent), let every record land."""
+        """Wait for the database lanes: forget a batch read ahead and give back one taken ahead (it was never
+        sent), let every record land."""
         if self.prefetched is not None:
             take = self.prefetched.result()
             self.prefetched = None
             if take is not None and take.claimed:
                 self._record_now(take.claimed, outcomes={}, publish_error="")
+        if self.read_ahead is not None:
+            reads = self.read_ahead.result()
+            self.read_ahead = None
+            if reads:
+                with self.cursor_lock:
+                    self.cursor = min(self.cursor, reads[0].item_pk - 1)
         self._wait_records()
 
     def _wait_records(self) -> None:
@@ -461,7 +474,7 @@ class OperationRunner:
         one goes out. A batch is then half a chunk, and a batch is taken ahead only once the one before the current
         one is recorded, so at most a chunk is ever in flight. False when nothing is left."""
         if prefetch:
-            limit = max(1, limit // 2)
+            limit = max(1, limit // PIPELINE_DEPTH)
         ahead = self.prefetched is not None
         if self.prefetched is not None:
             take = self.prefetched.result()
@@ -478,8 +491,13 @@ class OperationRunner:
         if take is None:
             return False
         if prefetch:
-            previous = self.recording[-1] if self.recording else None
-            self.prefetched = self.reader.submit(self._take_next, operation, limit, False, previous)
+            # The next batch is read a batch ahead (no locks) and taken once the record that leaves room has landed:
+            # PIPELINE_DEPTH batches in flight at most, this one included.
+            reads = self.read_ahead or self.reader.submit(self._read_next, limit, False)
+            self.read_ahead = self.reader.submit(self._read_next, limit, False)
+            waits = PIPELINE_DEPTH - 2
+            previous = self.recording[-waits] if waits and len(self.recording) >= waits else None
+            self.prefetched = self.taker.submit(self._take_read, operation, reads, previous)
         if take.failed:
             self._count_failures(take.failed, take.error)
         if not take.claimed:
@@ -513,17 +531,16 @@ class OperationRunner:
 
     def _take_fresh(self, operation: Operation, limit: int) -> _Take | None:
         """A take that may pick up leftovers in flight: only once every record has landed, when nothing of ours is."""
-        self._wait_records()
-        return self.reader.submit(self._take_next, operation, limit, True, None).result()
+        self._settle()
+        reads = self.reader.submit(self._read_next, limit, True).result()
+        return self.taker.submit(self._take, operation, reads).result() if reads else None
 
-    def _take_next(self, operation: Operation, limit: int, resume: bool, after: Future[None] | None) -> _Take | None:
-        """Read the next batch and take it, once `after` (the record of the batch before) has landed."""
+    def _take_read(self, operation: Operation, reads: Future[list[_Read]], after: Future[None] | None) -> _Take | None:
+        """Take a batch read ahead, once `after` (the record that leaves room) has landed."""
         if after is not None:
             after.result()
-        reads = self._read_next(limit, resume)
-        if not reads:
-            return None
-        return self._take(operation, reads)
+        batch = reads.result()
+        return self._take(operation, batch) if batch else None
 
     def _messages(self, claimed: list[_Claimed]) -> list[Message]:
         return [
@@ -603,8 +620,10 @@ class OperationRunner:
             failed = [entry for entry in candidates if problems.get(entry.destination)]
             claimed = [entry for entry in candidates if not problems.get(entry.destination)]
 
-            # Only items still pending (or left in flight) are taken: a cancel may have skipped some since the read.
-            marked = _mark_in_flight([entry.item_pk for entry in claimed])
+            # Only items still as read are taken: pending ones (a cancel may have skipped some since the read, and
+            # an item read twice is taken once), or leftovers still in flight.
+            marked = _mark_in_flight([entry.item_pk for entry in claimed if not entry.resumed], was=ItemStatus.PENDING)
+            marked |= _mark_in_flight([entry.item_pk for entry in claimed if entry.resumed], was=ItemStatus.IN_FLIGHT)
             claimed = [entry for entry in claimed if entry.item_pk in marked]
             DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in failed]).update(
                 status=DeadLetterStatus.FAILED, status_changed_at=now, next_retry_at=None
@@ -994,8 +1013,8 @@ def _mark_items(errors: dict[int, str], *, status: str, destinations: dict[int, 
     return changed
 
 
-def _mark_in_flight(pks: list[int]) -> set[int]:
-    """Mark items in flight (one more attempt) if they are still pending or in flight; the ones marked."""
+def _mark_in_flight(pks: list[int], *, was: str) -> set[int]:
+    """Mark items in flight (one more attempt) if their status is still `was`; the ones marked."""
     if not pks:
         return set()
     table = connection.ops.quote_name(OperationItem._meta.db_table)
@@ -1006,9 +1025,8 @@ def _mark_in_flight(pks: list[int]) -> set[int]:
         where, params = f"id IN ({', '.join(['%s'] * len(pks))})", list(pks)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET status = %s, attempts = attempts + 1 "
-            f"WHERE {where} AND status IN (%s, %s) RETURNING id",
-            [ItemStatus.IN_FLIGHT, *params, ItemStatus.PENDING, ItemStatus.IN_FLIGHT],
+            f"UPDATE {table} SET status = %s, attempts = attempts + 1 WHERE {where} AND status = %s RETURNING id",
+            [ItemStatus.IN_FLIGHT, *params, was],
         )
         return {row[0] for row in cursor.fetchall()}
 

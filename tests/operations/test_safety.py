@@ -188,7 +188,7 @@ def test_a_live_worker_keeps_its_operation(operator):
 @pytest.mark.django_db(transaction=True)
 def test_an_operation_pauses_itself_when_too_many_replays_come_back(channel, queue_name, operator):
     orders = queue_name("orders")
-    dead_letters_on_broker(channel, orders, 60)
+    dead_letters_on_broker(channel, orders, 100)
     operation = plan_operation(
         kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, rate="20/1s", max_return_share=0.2
     )
@@ -216,8 +216,8 @@ def test_an_operation_pauses_itself_when_too_many_replays_come_back(channel, que
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PAUSED
     assert "replayed messages came back to a dead-letter queue (more than 20%)" in operation.pause_reason
-    assert operation.succeeded < 60
-    assert operation.items.filter(status=ItemStatus.PENDING).count() == 60 - operation.processed
+    assert operation.succeeded < 100
+    assert operation.items.filter(status=ItemStatus.PENDING).count() == 100 - operation.processed
 
 
 def test_edit_and_retry_publishes_the_edited_copy_and_keeps_the_original(channel, queue_name, operator):
