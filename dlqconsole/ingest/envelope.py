@@ -28,7 +28,6 @@ import datetime as dt
 import hashlib
 import json
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TypeGuard
@@ -105,7 +104,7 @@ LARGE_TABLE = 256
 UNDECODABLE_HEADER = "x-dlqconsole-undecodable-properties"
 
 
-@dataclass
+@dataclass(slots=True)
 class ParsedDeadLetter:
     source_queue: str
     body: bytes
@@ -182,20 +181,22 @@ def _parse(
         if name not in lowered:
             lowered[name] = value
             original_names[name] = key
-    steps: tuple[tuple[str, Callable[..., None], tuple[Any, ...]], ...] = (
-        ("properties", _read_properties, (parsed, properties, now)),
-        ("x-death", _read_x_death, (parsed, lowered, now, names)),
-        ("celery headers", _read_celery, (parsed, lowered)),
-        ("error headers", _read_error_headers, (parsed, lowered, names)),
-        ("body", _check_body, (parsed,)),
-        ("classification", _classify, (parsed,)),
-        ("headers", _store_headers, (parsed, table, original_names)),
-    )
-    for what, step, arguments in steps:
-        if guarded:
-            _guard(parsed, what, step, *arguments)
-        else:
-            step(*arguments)
+    if not guarded:
+        _read_properties(parsed, properties, now)
+        _read_x_death(parsed, lowered, now, names)
+        _read_celery(parsed, lowered)
+        _read_error_headers(parsed, lowered, names)
+        _check_body(parsed)
+        _classify(parsed)
+        _store_headers(parsed, table, original_names)
+        return parsed, lowered
+    _guard(parsed, "properties", _read_properties, parsed, properties, now)
+    _guard(parsed, "x-death", _read_x_death, parsed, lowered, now, names)
+    _guard(parsed, "celery headers", _read_celery, parsed, lowered)
+    _guard(parsed, "error headers", _read_error_headers, parsed, lowered, names)
+    _guard(parsed, "body", _check_body, parsed)
+    _guard(parsed, "classification", _classify, parsed)
+    _guard(parsed, "headers", _store_headers, parsed, table, original_names)
     return parsed, lowered
 
 
@@ -309,21 +310,21 @@ def _store_headers(parsed: ParsedDeadLetter, table: dict[Any, Any], original_nam
 
 
 def _read_properties(parsed: ParsedDeadLetter, properties: Any, now: dt.datetime) -> None:
+    # pika keeps the properties in the instance dict; reading it directly is cheaper than 13 getattr calls.
+    values = vars(properties) if type(properties) is pika.BasicProperties else None
+    raw: dict[str, Any] = {}
     stored: dict[str, Any] = {}
     for name in PROPERTY_NAMES:
-        value = getattr(properties, name, None)
+        value = values.get(name) if values is not None else getattr(properties, name, None)
         if value is not None:
+            raw[name] = value
             plain = type(value) is int or (type(value) is str and "\x00" not in value)
             stored[name] = value if plain else jsonsafe.encode(value)
     parsed.properties = stored
-    parsed.message_id = _column(parsed, "message_id", stored.get("message_id") and properties.message_id)
-    parsed.correlation_id = _column(
-        parsed, "correlation_id", stored.get("correlation_id") and properties.correlation_id
-    )
-    parsed.content_type = _column(parsed, "content_type", stored.get("content_type") and properties.content_type)
-    parsed.content_encoding = _column(
-        parsed, "content_encoding", stored.get("content_encoding") and properties.content_encoding
-    )
+    parsed.message_id = _column(parsed, "message_id", raw.get("message_id"))
+    parsed.correlation_id = _column(parsed, "correlation_id", raw.get("correlation_id"))
+    parsed.content_type = _column(parsed, "content_type", raw.get("content_type"))
+    parsed.content_encoding = _column(parsed, "content_encoding", raw.get("content_encoding"))
     priority = stored.get("priority")
     if priority is not None:
         if _is_int(priority) and 0 <= priority <= 255:
