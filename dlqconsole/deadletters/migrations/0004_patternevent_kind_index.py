@@ -5,15 +5,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deadletters', '0003_pattern_tokens_cluster_size'),
+        ("deadletters", "0003_pattern_tokens_cluster_size"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='patternevent',
-            index=models.Index(fields=['kind', '-created_at'], name='patternevent_kind_created'),
+            model_name="patternevent",
+            index=models.Index(fields=["kind", "-created_at"], name="patternevent_kind_created"),
         ),
     ]
