@@ -4,13 +4,14 @@
     .venv/bin/python bench/ingest.py --n 10000       # smaller, while developing
     .venv/bin/python bench/ingest.py --keep          # keep the database dlq_bench afterwards
 
-Setup: a fresh database (dlq_bench), one work queue whose dead-letter exchange fans out to two DLQs, and N
-messages published to the work queue with a per-message TTL of 0, so that RabbitMQ itself dead-letters each
-one into both DLQs (with x-death, x-first-death-*). Messages carry realistic error headers (exception type,
-message with varying numbers, ids, hosts and service names, sometimes a stack trace; host, app version), so
-that they fall into a few hundred patterns.
+Setup: a fresh database (dlq_bench), one work queue whose dead-letter exchange fans out to four DLQs, and
+N / 2 messages published to the work queue with a per-message TTL of 0, so that RabbitMQ itself dead-letters
+each one into every DLQ (with x-death, x-first-death-*). Messages carry realistic error headers (exception
+type, message with varying numbers, ids, hosts and service names, sometimes a stack trace; host, app
+version), so that they fall into a few hundred patterns.
 
-Then, one after the other:
+Then, one after the other, on a DLQ each: bare, consume_dlq, consume_dlq, bare (so that a machine getting
+busier or quieter during the run weighs on both alike):
 - bare: a hand-written consumer (pika BlockingConnection, prefetch 1000, batches of 500 or 0.2 s) that
   extracts the same columns (the newest x-death entry, the error headers, the same fingerprint and
   classification functions, the headers as JSON, a sha256 dedupe key) and COPYs them into a table with the
@@ -18,10 +19,11 @@ Then, one after the other:
   statistics, validation or recovery.
 - consume_dlq: the real command (`manage.py consume_dlq --queues ... --exit-when-idle 1`) with its defaults.
 
-Each rate is N divided by the time from the first message leaving the DLQ (the ready count drops) to the
-consumer's last commit. Process start-up (Python, Django) is not counted. The run checks that both stored
-exactly N rows, that the counters (DeadLetterCount, FailurePattern.total_count, IngestStat) add up to N and
-that both DLQs are empty.
+Each rate is N divided by the summed times from the first message leaving a DLQ (its ready count drops) to
+the consumer's last commit. Process start-up (Python, Django) is not in the rates; the CPU times of the
+consumer processes (start-up included) are reported too, as they vary less with the machine's load. The run
+checks that each consumer stored exactly N rows, that the counters (DeadLetterCount,
+FailurePattern.total_count, IngestStat) add up to N and that the DLQs are empty.
 """
 
 from __future__ import annotations
@@ -367,7 +369,8 @@ def main() -> None:
         bare_consume(arguments.bare_consumer, arguments.database_url, idle=1.0)
         return
 
-    n = arguments.n
+    half = max(1, arguments.n // 2)
+    n = 2 * half
     database_url = fresh_database(arguments.database)
     env = project_env(database_url)
     os.environ.update(DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="dlqconsole.settings")
@@ -377,64 +380,76 @@ def main() -> None:
     create_bare_table(database_url)
 
     work_queue = f"bench.ingest.{uuid.uuid4().hex[:8]}"
-    ours_queue, bare_queue = work_queue + ".dlq", work_queue + ".bare.dlq"
+    # Two halves each, run bare, ours, ours, bare: a machine that gets busier or quieter during the run
+    # weighs on both consumers alike.
+    order = [("bare", 1), ("consume_dlq", 1), ("consume_dlq", 2), ("bare", 2)]
+    queues = {run: f"{work_queue}.{run[0]}.{run[1]}.dlq" for run in order}
+    seconds = {"bare": 0.0, "consume_dlq": 0.0}
+    cpu = {"bare": 0.0, "consume_dlq": 0.0}
     try:
-        fill_seconds = fill(work_queue, [ours_queue, bare_queue], n)
-        print(f"{n} dead letters in each of {ours_queue} and {bare_queue} ({fill_seconds:.1f} s)", flush=True)
-
-        bare_started, bare_output, bare_cpu = run_consumer(
-            [PYTHON, str(Path(__file__)), "--bare-consumer", bare_queue, "--database-url", database_url],
-            env,
-            bare_queue,
-            n,
-        )
-        bare = json.loads(bare_output.strip().splitlines()[-1])
-        bare_seconds = bare["last_commit"] - bare_started
-
-        ours_started, _, ours_cpu = run_consumer(
-            [PYTHON, str(ROOT / "manage.py"), "consume_dlq", "--queues", ours_queue, "--exit-when-idle", "1"],
-            env,
-            ours_queue,
-            n,
-        )
+        fill_seconds = fill(work_queue, list(queues.values()), half)
+        print(f"{half:,} dead letters in each of 4 DLQs ({fill_seconds:.1f} s)", flush=True)
+        for kind, round_number in order:
+            queue = queues[(kind, round_number)]
+            if kind == "bare":
+                command = [PYTHON, str(Path(__file__)), "--bare-consumer", queue, "--database-url", database_url]
+            else:
+                command = [PYTHON, str(ROOT / "manage.py"), "consume_dlq", "--queues", queue, "--exit-when-idle", "1"]
+            started, output, used = run_consumer(command, env, queue, half)
+            if kind == "bare":
+                finished = json.loads(output.strip().splitlines()[-1])["last_commit"]
+            else:
+                with psycopg.connect(database_url) as connection:
+                    (last_batch_at,) = one(
+                        connection, "SELECT last_batch_at FROM ingest_ingeststat WHERE source_queue = %s", [queue]
+                    )
+                finished = last_batch_at.timestamp()
+            seconds[kind] += finished - started
+            cpu[kind] += used
+            print(f"  {kind} round {round_number}: {rate(half, finished - started):,.0f} msg/s", flush=True)
+        ours = [queue for (kind, _), queue in queues.items() if kind == "consume_dlq"]
         with psycopg.connect(database_url) as connection:
-            last_batch_at, received, inserted = one(
+            received, inserted = one(
                 connection,
-                "SELECT last_batch_at, received, inserted FROM ingest_ingeststat WHERE source_queue = %s",
-                [ours_queue],
+                "SELECT sum(received), sum(inserted) FROM ingest_ingeststat WHERE source_queue = ANY(%s)",
+                [ours],
             )
             (rows,) = one(
-                connection, "SELECT count(*) FROM deadletters_deadletter WHERE source_queue = %s", [ours_queue]
+                connection, "SELECT count(*) FROM deadletters_deadletter WHERE source_queue = ANY(%s)", [ours]
             )
             (cells,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_deadlettercount")
             patterns, total = one(
                 connection, "SELECT count(*), coalesce(sum(total_count), 0) FROM deadletters_failurepattern"
             )
             (bare_rows,) = one(connection, f"SELECT count(*) FROM {BARE_TABLE}")
-        ours_seconds = last_batch_at.timestamp() - ours_started
-        depths = (queue_depth(ours_queue), queue_depth(bare_queue))
+        left = sum(queue_depth(queue) for queue in queues.values())
     finally:
-        delete_queues(work_queue, [ours_queue, bare_queue])
+        delete_queues(work_queue, list(queues.values()))
         if not arguments.keep:
             drop_database(arguments.database)
 
-    bare_rate, ours_rate = rate(n, bare_seconds), rate(n, ours_seconds)
+    bare_rate, ours_rate = rate(n, seconds["bare"]), rate(n, seconds["consume_dlq"])
     report(
-        f"ingest: {n:,} broker-dead-lettered messages into PostgreSQL",
+        f"ingest: {n:,} broker-dead-lettered messages per consumer into PostgreSQL",
         [
-            ("bare pika + psycopg COPY", f"{bare_rate:,.0f} msg/s ({bare_seconds:.1f} s, {bare_cpu:.1f} s CPU)"),
-            ("consume_dlq", f"{ours_rate:,.0f} msg/s ({ours_seconds:.1f} s, {ours_cpu:.1f} s CPU)"),
+            ("bare pika + psycopg COPY", line(bare_rate, seconds["bare"], cpu["bare"], n)),
+            ("consume_dlq", line(ours_rate, seconds["consume_dlq"], cpu["consume_dlq"], n)),
             ("ratio consume_dlq / bare", f"{ours_rate / bare_rate:.0%} (target >= 75% and >= 3,500 msg/s)"),
             ("patterns", f"{patterns:,}"),
             ("rows (consume_dlq / bare)", f"{rows:,} / {bare_rows:,}"),
             ("counters (cells / patterns / IngestStat)", f"{cells:,} / {total:,} / {inserted:,} of {received:,}"),
-            ("DLQs left (consume_dlq / bare)", f"{depths[0]} / {depths[1]}"),
+            ("messages left in the DLQs", f"{left}"),
         ],
     )
     if arguments.keep:
         print(f"\nkept {database_url}")
-    if not (rows == bare_rows == cells == total == inserted == n and depths == (0, 0)):
+    if not (rows == bare_rows == cells == total == inserted == n and left == 0):
         sys.exit("ingest benchmark: the stored rows or counters do not add up to n")
+
+
+def line(per_second: float, seconds: float, cpu_seconds: float, n: int) -> str:
+    """Rate, wall time, and CPU time of the consumer processes (start-up included) per message."""
+    return f"{per_second:,.0f} msg/s ({seconds:.1f} s; CPU {cpu_seconds:.1f} s, {cpu_seconds / n * 1e6:.0f} us/msg)"
 
 
 if __name__ == "__main__":
