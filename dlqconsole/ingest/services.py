@@ -26,12 +26,13 @@ from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
     DeadLetterStatus,
+    DeathReason,
     FailurePattern,
     PatternEvent,
     PatternStatus,
 )
 from dlqconsole.ingest.envelope import ParsedDeadLetter
-from dlqconsole.ingest.models import IngestStat
+from dlqconsole.ingest.models import IngestStat, WatchedQueue
 
 # Columns written from each ParsedDeadLetter, in order. Every other column of DeadLetter gets its default.
 COLUMNS = (
@@ -108,6 +109,23 @@ def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None
     return IngestResult(received=len(letters), inserted=len(inserted))
 
 
+def _count_delivery_limit_attempts(letters: Sequence[ParsedDeadLetter]) -> None:
+    """A quorum queue's delivery-limit death carries x-death count 1 and no x-delivery-count (RabbitMQ 3.10 to
+    3.13), so the envelope sees one attempt. The message was delivered limit + 1 times: take the limit from the
+    watched queue's arguments. One query, and only for batches that hold such deaths."""
+    queues = {letter.original_queue for letter in letters if letter.death_reason == DeathReason.DELIVERY_LIMIT}
+    if not queues:
+        return
+    limits = {
+        name: arguments.get("x-delivery-limit")
+        for name, arguments in WatchedQueue.objects.filter(name__in=queues).values_list("name", "arguments")
+    }
+    for letter in letters:
+        limit = limits.get(letter.original_queue) if letter.death_reason == DeathReason.DELIVERY_LIMIT else None
+        if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < 2**31 - 1:
+            letter.attempt_count = max(letter.attempt_count, limit + 1)
+
+
 class _KeyTaken(Exception):
     """A direct COPY met a dedupe key that a concurrent transaction had just committed."""
 
@@ -116,6 +134,7 @@ def _store(
     letters: Sequence[ParsedDeadLetter], unique: list[ParsedDeadLetter], *, now: dt.datetime, direct: bool
 ) -> list[ParsedDeadLetter]:
     with transaction.atomic():
+        _count_delivery_limit_attempts(unique)
         pattern_ids = assign_patterns(letters=unique, now=now)
         previous_ids = _replayed_from(unique)
         if connection.vendor != "postgresql":

@@ -209,11 +209,6 @@ def test_quorum_delivery_limit_dead_letters_with_reason_delivery_limit(
     assert wait_for_depth(amqp_channel, notifications, 0, timeout=0) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RabbitMQ 3.10 writes x-death count 1 and drops x-delivery-count on a delivery_limit death, so the "
-    "envelope counts 1 attempt; the real count (limit + 1) needs the queue's x-delivery-limit from WatchedQueue.",
-)
 def test_quorum_delivery_limit_attempt_count_is_the_number_of_deliveries(
     queue_name: Callable[[str], str], amqp_channel: BlockingChannel
 ) -> None:
