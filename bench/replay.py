@@ -255,6 +255,7 @@ def main() -> None:
     queues = [original, bare_source, bare_destination, shovel_source, shovel_destination]
     declare(*queues)
     try:
+        load_before = os.getloadavg()[0]
         ingest_seconds = ingest(count, original=original)
         fill(bare_source, count, original=original)
         fill(shovel_source, count, original=original)
@@ -275,6 +276,8 @@ def main() -> None:
                 ("bare pika mover", f"{bare_seconds:7.2f} s  {bare_rate:8,.0f} msg/s"),
                 ("RabbitMQ shovel", f"{shovel_seconds:7.2f} s  {shovel_rate:8,.0f} msg/s"),
                 ("dlqconsole / bare mover", f"{share:7.0%}    ({verdict} the target: >= 80% and >= 3,300 msg/s)"),
+                # Other work on the machine skews the comparison (the three run one after the other).
+                ("load average before / after", f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"),
             ],
         )
 

@@ -175,7 +175,7 @@ DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1
 # flight, so at most this many can be published twice if a worker dies), unconfirmed publishes in the window,
 # seconds without a heartbeat before the sweeper hands an operation to another worker, failed publishes in a row
 # that trip the circuit breaker, and the share of replays coming back to a DLQ that pauses an operation.
-DLQ_OPERATION_CHUNK_SIZE = env_int("DLQ_OPERATION_CHUNK_SIZE", 1000, minimum=1)
+DLQ_OPERATION_CHUNK_SIZE = env_int("DLQ_OPERATION_CHUNK_SIZE", 2000, minimum=1)
 DLQ_PUBLISH_WINDOW = env_int("DLQ_PUBLISH_WINDOW", 1000, minimum=1)
 DLQ_OPERATION_STALE_SECONDS = env_int("DLQ_OPERATION_STALE_SECONDS", 60, minimum=1)
 DLQ_OPERATION_BREAKER_FAILURES = env_int("DLQ_OPERATION_BREAKER_FAILURES", 50, minimum=1)

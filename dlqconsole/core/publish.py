@@ -90,6 +90,8 @@ class ConfirmedPublisher:
         self._on_tick: Callable[[], bool] | None = None
         self._tick_seconds = 2.0
         self._halted = False
+        self._wait_for_confirms = True
+        self._first_tag = 1
         self._busy = False
         self._pump_timer: Any = None
         self._tick_timer: Any = None
@@ -180,12 +182,18 @@ class ConfirmedPublisher:
         delay_for: Callable[[Message], float] | None = None,
         on_tick: Callable[[], bool] | None = None,
         tick_seconds: float = 2.0,
+        wait_for_confirms: bool = True,
     ) -> list[Outcome]:
         """Publish `messages` in order and wait for every confirm; one Outcome per message.
 
         `delay_for(message)` returns how long to wait before that message may go out (a rate limiter); it is
         asked again after the wait. `on_tick()` runs every `tick_seconds` while publishing; when it returns
         False, nothing more is sent (the rest are not_sent) and the confirms already due are awaited.
+
+        With `wait_for_confirms=False` the call returns once every message is sent and every message of earlier
+        calls is confirmed, with the outcomes that arrived meanwhile; this call's come with the next one, and
+        `publish([])` waits for all. Confirms lag one call behind, so batches follow each other without waiting
+        for the broker at each boundary, and a batch's outcomes are all in by the end of the next call.
         """
         if not self._ready or self._connection is None:
             raise PublishError(self._closed_reason or "the publisher is not open")
@@ -195,6 +203,8 @@ class ConfirmedPublisher:
         self._on_tick = on_tick
         self._tick_seconds = tick_seconds
         self._halted = False
+        self._wait_for_confirms = wait_for_confirms or not messages
+        self._first_tag = self._next_tag + 1
         self.error = ""
         self._last_progress = time.monotonic()
         ioloop = self._connection.ioloop
@@ -216,7 +226,18 @@ class ConfirmedPublisher:
     def _batch_done(self) -> bool:
         if not self._ready:
             return True
-        return not self._outstanding and (self._halted or not self._queue)
+        sent = self._halted or not self._queue
+        if not sent or not self._outstanding:
+            return sent
+        if self._wait_for_confirms:
+            return False
+        # Tags grow, so the oldest unconfirmed message tells whether an earlier call still waits for confirms.
+        return next(iter(self._outstanding)) >= self._first_tag
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages sent whose confirm has not arrived yet."""
+        return len(self._outstanding)
 
     def _pump(self) -> None:
         self._pump_timer = None

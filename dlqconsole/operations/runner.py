@@ -13,10 +13,12 @@ A dead letter keeps its status while its message is in flight: the in-flight ite
 dead letter's row lock by every other operation's take. (Changing the status twice per message would double the
 writes to the widest, most indexed table; see bench/replay.py.)
 
-Outside a transaction (a Celery worker) the database work runs on two threads with their own connections: while
-the main thread publishes batch N, one records batch N-1 and the other, once that record has landed, takes batch
-N+1. A batch is half a chunk, so at most a chunk is in flight at any moment. Inside a transaction (tests wrapped in
-one) everything runs in order on the caller's connection; the steps are the same.
+While an operation runs (outside a transaction) the work is pipelined over a third of a chunk at a time: the
+main thread publishes batch N without waiting for its confirms (they come in while N+1 goes out), a reader thread
+reads the batch after next (messages and all, no locks), a taker thread takes batch N+1 once the record of N-2 has
+landed, and two recorder threads write outcomes as each batch's confirms are all in. Each thread has its own
+database connection. At most PIPELINE_DEPTH batches, a chunk, are in flight at any moment. Inside a transaction
+(tests wrapped in one) every step runs at once on the caller's connection; the steps are the same.
 
 Only one worker runs an operation at a time: it claims the row with a conditional UPDATE and keeps a heartbeat;
 the sweeper hands an operation whose heartbeat went stale to another worker.
@@ -25,6 +27,7 @@ the sweeper hands an operation whose heartbeat went stale to another worker.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -49,6 +52,7 @@ from dlqconsole.core.publish import (
     NACKED,
     NOT_SENT,
     RETURNED,
+    UNCONFIRMED,
     ConfirmedPublisher,
     Message,
     Outcome,
@@ -91,6 +95,7 @@ RESERVE_AT_MOST = 1000
 # Batches in flight at most while pipelining (one publishing, one taken ahead, the rest not yet recorded); a batch
 # is this share of DLQ_OPERATION_CHUNK_SIZE, so the chunk still bounds what a killed worker can leave in flight.
 PIPELINE_DEPTH = 3
+RECORDERS = 2
 LETTER_FIELDS = (
     "id",
     "source_queue",
@@ -143,6 +148,16 @@ class _Read:
     # The item's status when read: pending, or in flight (a leftover to publish again).
     status: str
     letter: _Letter | None
+
+
+@dataclass
+class _Batch:
+    """A published batch waiting for its outcomes; `landed` resolves once they are recorded."""
+
+    claimed: list[_Claimed]
+    outcomes: dict[Hashable, Outcome] = field(default_factory=dict)
+    waiting: int = 0
+    landed: Future[None] = field(default_factory=Future)
 
 
 @dataclass
@@ -248,10 +263,13 @@ class OperationRunner:
         # publishes.
         self.reader = _Lane(threaded=False)
         self.taker = _Lane(threaded=False)
-        self.recorder = _Lane(threaded=False)
+        self.recorders = [_Lane(threaded=False)]
+        self.batches = 0
         self.read_ahead: Future[list[_Read]] | None = None
         self.prefetched: Future[_Take | None] | None = None
+        # Every published batch's `landed`, oldest first; and the batch each unconfirmed message belongs to.
         self.recording: list[Future[None]] = []
+        self.unconfirmed: dict[Hashable, _Batch] = {}
 
     # The loop ------------------------------------------------------------------------------------------------
 
@@ -261,7 +279,10 @@ class OperationRunner:
             return False
         # A transaction around us (tests) would hide its rows from a second connection.
         threaded = not connection.in_atomic_block
-        self.reader, self.taker, self.recorder = (_Lane(threaded=threaded) for _ in range(3))
+        self.reader, self.taker = _Lane(threaded=threaded), _Lane(threaded=threaded)
+        # Two recorders take turns: the update of the dead letters is the longest step, and two batches' updates
+        # can run side by side (they meet only on the counters and the operation row, at their very end).
+        self.recorders = [_Lane(threaded=threaded) for _ in range(RECORDERS if threaded else 1)]
         try:
             self._loop()
             self._settle()
@@ -276,7 +297,8 @@ class OperationRunner:
             self._close_publisher()
             self.reader.close()
             self.taker.close()
-            self.recorder.close()
+            for recorder in self.recorders:
+                recorder.close()
             Operation.objects.filter(pk=self.operation_id, runner=self.token).update(runner="")
         return True
 
@@ -323,8 +345,9 @@ class OperationRunner:
             self._check_returns(force=False)
 
     def _settle(self) -> None:
-        """Wait for the database lanes: forget a batch read ahead and give back one taken ahead (it was never
-        sent), let every record land."""
+        """Wait for everything in flight: the confirms still due, a batch read ahead (forgotten: it is read again)
+        and one taken ahead (given back: it was never sent), and every record."""
+        self._drain()
         if self.prefetched is not None:
             take = self.prefetched.result()
             self.prefetched = None
@@ -337,6 +360,30 @@ class OperationRunner:
                 with self.cursor_lock:
                     self.cursor = min(self.cursor, reads[0].item_pk - 1)
         self._wait_records()
+
+    def _drain(self) -> None:
+        """Collect the confirms of batches already published."""
+        if not self.unconfirmed:
+            return
+        if self.publisher is not None and self.publisher.is_open:
+            self._sort_outcomes(self.publisher.publish([], on_tick=self._heartbeat))
+        # Whatever is still unaccounted for went out on a connection that is gone: it may or may not have arrived.
+        lost = [Outcome(key, UNCONFIRMED, "the connection to RabbitMQ was lost") for key in list(self.unconfirmed)]
+        self._sort_outcomes(lost)
+
+    def _sort_outcomes(self, outcomes: list[Outcome]) -> None:
+        """File outcomes under their batches; a batch with all of its outcomes goes to a recorder."""
+        for outcome in outcomes:
+            batch = self.unconfirmed.pop(outcome.key, None)
+            if batch is None:
+                continue
+            batch.outcomes[outcome.key] = outcome
+            batch.waiting -= 1
+            if batch.waiting == 0:
+                self.batches += 1
+                recorder = self.recorders[self.batches % len(self.recorders)]
+                future = recorder.submit(self._record, batch.claimed, batch.outcomes, "")
+                future.add_done_callback(functools.partial(_land, batch.landed))
 
     def _wait_records(self) -> None:
         while self.recording:
@@ -470,9 +517,8 @@ class OperationRunner:
     # Retry, move, edit and retry -----------------------------------------------------------------------------
 
     def _publish_round(self, operation: Operation, limit: int, *, prefetch: bool) -> bool:
-        """Publish one batch. With `prefetch`, the lanes record the previous batch and take the next one while this
-        one goes out. A batch is then half a chunk, and a batch is taken ahead only once the one before the current
-        one is recorded, so at most a chunk is ever in flight. False when nothing is left."""
+        """Publish one batch. With `prefetch` (a running operation) the next batch is taken while this one goes out,
+        and confirms lag one batch behind (see the module docstring). False when nothing is left."""
         if prefetch:
             limit = max(1, limit // PIPELINE_DEPTH)
         ahead = self.prefetched is not None
@@ -495,9 +541,11 @@ class OperationRunner:
             # PIPELINE_DEPTH batches in flight at most, this one included.
             reads = self.read_ahead or self.reader.submit(self._read_next, limit, False)
             self.read_ahead = self.reader.submit(self._read_next, limit, False)
-            waits = PIPELINE_DEPTH - 2
-            previous = self.recording[-waits] if waits and len(self.recording) >= waits else None
-            self.prefetched = self.taker.submit(self._take_read, operation, reads, previous)
+            # In flight then: this batch, the one taken ahead, and the newest PIPELINE_DEPTH - 2 unrecorded ones;
+            # every older record must have landed (they may land out of order: two recorders).
+            keep = PIPELINE_DEPTH - 2
+            earlier = self.recording[: max(0, len(self.recording) - keep)]
+            self.prefetched = self.taker.submit(self._take_read, operation, reads, earlier)
         if take.failed:
             self._count_failures(take.failed, take.error)
         if not take.claimed:
@@ -509,24 +557,30 @@ class OperationRunner:
             self._settle()
             self._count_connection_failure(str(error))
             return True
+        batch = _Batch(claimed=take.claimed, waiting=len(take.claimed))
+        for entry in take.claimed:
+            self.unconfirmed[entry.letter.pk] = batch
+        # Let go of what has landed (raising here if a record failed), keeping memory flat.
+        while self.recording and self.recording[0].done():
+            self.recording.pop(0).result()
+        self.recording.append(batch.landed)
+        # Pipelining, the call returns once the batch is sent: its confirms arrive during the next one.
         outcomes = publisher.publish(
-            self._messages(take.claimed), delay_for=self._delay_for(take.claimed), on_tick=self._heartbeat
+            self._messages(take.claimed),
+            delay_for=self._delay_for(take.claimed),
+            on_tick=self._heartbeat,
+            wait_for_confirms=not prefetch,
         )
         if self.pacer is not None and not publisher.error:
             self.pacer.prime({entry.destination.limit_key for entry in take.claimed})
         lost = publisher.error or ("" if publisher.is_open else "the connection to RabbitMQ was lost")
-        by_key: dict[Hashable, Outcome] = {outcome.key: outcome for outcome in outcomes}
         self._count_outcomes(outcomes)
-        if lost and any(outcome.status not in (CONFIRMED, RETURNED, NACKED) for outcome in outcomes):
-            # Nothing more goes out on this batch's heels: record it, give back the one taken ahead, back off.
-            self._record_now(take.claimed, outcomes=by_key, publish_error=lost)
+        self._sort_outcomes(outcomes)
+        if lost:
+            # Nothing more goes out: let what is due come in, give back what was taken ahead, back off.
             self._settle()
-            self._count_connection_failure(lost)
-        else:
-            # Let go of what has landed (raising here if a record failed), keeping memory flat.
-            while self.recording and self.recording[0].done():
-                self.recording.pop(0).result()
-            self.recording.append(self.recorder.submit(self._record, take.claimed, by_key, lost))
+            if not publisher.is_open:
+                self._count_connection_failure(lost)
         return True
 
     def _take_fresh(self, operation: Operation, limit: int) -> _Take | None:
@@ -535,10 +589,10 @@ class OperationRunner:
         reads = self.reader.submit(self._read_next, limit, True).result()
         return self.taker.submit(self._take, operation, reads).result() if reads else None
 
-    def _take_read(self, operation: Operation, reads: Future[list[_Read]], after: Future[None] | None) -> _Take | None:
-        """Take a batch read ahead, once `after` (the record that leaves room) has landed."""
-        if after is not None:
-            after.result()
+    def _take_read(self, operation: Operation, reads: Future[list[_Read]], after: list[Future[None]]) -> _Take | None:
+        """Take a batch read ahead, once the records `after` (up to the one that leaves room) have landed."""
+        for record in after:
+            record.result()
         batch = reads.result()
         return self._take(operation, batch) if batch else None
 
@@ -675,7 +729,7 @@ class OperationRunner:
         return {destination: self.destination_problems[destination] for destination in destinations}
 
     def _record_now(self, claimed: list[_Claimed], *, outcomes: dict[Hashable, Outcome], publish_error: str) -> None:
-        self.recorder.submit(self._record, claimed, outcomes, publish_error).result()
+        self.recorders[0].submit(self._record, claimed, outcomes, publish_error).result()
 
     def _record(self, claimed: list[_Claimed], outcomes: dict[Hashable, Outcome], publish_error: str) -> None:
         now = timezone.now()
@@ -872,6 +926,15 @@ class OperationRunner:
                 count=operation.succeeded,
                 detail=f"succeeded {operation.succeeded}, failed {operation.failed}, skipped {operation.skipped}",
             )
+
+
+def _land(target: Future[None], source: Future[None]) -> None:
+    """Pass a record's result on to its batch's `landed`."""
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(None)
 
 
 def _ids(ids: list[int]) -> Any:
