@@ -103,8 +103,8 @@ def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None
     try:
         inserted = _store(letters, unique, now=now, direct=True)
     except _KeyTaken:
-        # Another consumer committed one of these dead letters between our check and our COPY (a redelivery
-        # racing its first copy): do the batch again the slower way that skips what exists.
+        # Some of these dead letters are stored already (redelivered after a crash, or written by a concurrent
+        # consumer): do the batch again the slower way that skips what exists.
         inserted = _store(letters, unique, now=now, direct=False)
     return IngestResult(received=len(letters), inserted=len(inserted))
 
@@ -127,7 +127,7 @@ def _count_delivery_limit_attempts(letters: Sequence[ParsedDeadLetter]) -> None:
 
 
 class _KeyTaken(Exception):
-    """A direct COPY met a dedupe key that a concurrent transaction had just committed."""
+    """A direct COPY met a dedupe key that is stored already."""
 
 
 def _store(
@@ -209,29 +209,24 @@ def _other_columns() -> list[tuple[str, Any]]:
 def _copy_new(
     letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], previous_ids: dict[str, int], now: dt.datetime
 ) -> set[str]:
-    """PostgreSQL, the common case: look up which dedupe keys exist (redeliveries), COPY the others straight
-    into the table. One index lookup per row plus the COPY: the cheapest way in. Raises _KeyTaken if a
-    concurrent transaction committed one of the keys meanwhile (the caller then uses _copy_insert)."""
+    """PostgreSQL, the common case: COPY the rows straight into the table, the cheapest way in. A dedupe key
+    that exists already (a redelivery, or a concurrent consumer's batch) makes the COPY fail with a unique
+    violation: _KeyTaken, and the caller does the batch again with _copy_insert, which skips what exists.
+    Redeliveries come in bursts after a crash, so paying twice for those batches costs less than looking up
+    every batch's keys first."""
     table = DeadLetter._meta.db_table
     fields = {model_field.attname: model_field for model_field in DeadLetter._meta.concrete_fields}
     others = _other_columns()
     column_sql = ", ".join([str(fields[name].column) for name in COLUMNS] + [column for column, _ in others])
     extra = tuple(value for _, value in others)
     with _binding_cursor() as cursor:
-        cursor.execute(
-            f"SELECT dedupe_key FROM {table} WHERE dedupe_key = ANY(%s)", [[letter.dedupe_key for letter in letters]]
-        )
-        existing = {str(row[0]) for row in cursor.fetchall()}
-        new = [letter for letter in letters if letter.dedupe_key not in existing]
-        if not new:
-            return set()
         try:
             with cursor.copy(f"COPY {table} ({column_sql}) FROM STDIN") as copy:
-                for letter in new:
+                for letter in letters:
                     copy.write_row(_row(letter, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now) + extra)
         except psycopg.errors.UniqueViolation as error:
             raise _KeyTaken from error
-    return {letter.dedupe_key for letter in new}
+    return {letter.dedupe_key for letter in letters}
 
 
 def _copy_insert(
@@ -340,8 +335,9 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
     if connection.vendor == "postgresql":
         with _binding_cursor() as cursor:
             # Lock the patterns in id order first: the UPDATE's join would lock them in whatever order its plan
-            # reads them. Arrays keep the statements short and constant.
-            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ids])
+            # reads them. NO KEY UPDATE is the lock the UPDATE takes anyway, and it does not block the foreign-key
+            # checks (KEY SHARE) that a concurrent batch's new dead letters make on these patterns at commit.
+            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [ids])
             statuses = dict(cursor.fetchall())
             cursor.execute(
                 f"UPDATE {table} AS pattern SET total_count = pattern.total_count + arrival.n, last_seen_at = %s "
@@ -428,7 +424,7 @@ def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
 def reopen_patterns(*, pattern_ids: list[int], now: dt.datetime) -> None:
     """A resolved pattern that receives a new dead letter is open again, and its history says so."""
     reopened = list(
-        FailurePattern.objects.select_for_update()
+        FailurePattern.objects.select_for_update(no_key=True)
         .filter(pk__in=pattern_ids, status=PatternStatus.RESOLVED)
         .order_by("pk")
         .values_list("pk", flat=True)
