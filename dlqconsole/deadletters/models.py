@@ -139,7 +139,9 @@ class DeadLetter(models.Model):
 
     # Identity: a hash of the message id (or the body and properties when there is none) and the death history,
     # so a redelivered copy of the same dead letter is one row while the same message dying again is another.
-    dedupe_key = models.CharField(max_length=64, unique=True)
+    # Unique through a constraint in Meta rather than unique=True: on PostgreSQL that would add a second,
+    # LIKE-friendly index that no query uses and every ingested row pays for.
+    dedupe_key = models.CharField(max_length=64)
     source_queue = models.CharField(max_length=255)
     original_queue = models.CharField(max_length=255, blank=True)
     original_exchange = models.CharField(max_length=255, blank=True)
@@ -173,7 +175,8 @@ class DeadLetter(models.Model):
     # Problems met while parsing the envelope; the message is stored all the same.
     parse_errors = models.JSONField(default=list)
     fingerprint = models.CharField(max_length=64)
-    pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="dead_letters")
+    # No index of its own: the (pattern, status, -id) index below serves every lookup by pattern.
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="dead_letters", db_index=False)
     status = models.CharField(max_length=16, choices=DeadLetterStatus.choices, default=DeadLetterStatus.PARKED)
     status_changed_at = models.DateTimeField(default=timezone.now)
     replay_count = models.IntegerField(default=0)
@@ -187,6 +190,7 @@ class DeadLetter(models.Model):
     objects = DeadLetterQuerySet.as_manager()
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["dedupe_key"], name="deadletter_dedupe_key")]
         indexes = [
             # Messages page, unfiltered: keyset pagination newest first.
             models.Index(fields=["status", "-id"], name="deadletter_status_id"),
