@@ -12,26 +12,12 @@ from pika.exceptions import ChannelClosedByBroker
 
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import connect
+from dlqconsole.ingest.envelope import PROPERTY_NAMES
 
 # Headers the broker adds when it dead-letters a message. Republishing them makes some broker versions drop the
 # message silently when it dies again, and they describe deaths that are over.
 DEATH_HEADERS = frozenset({"x-death", "x-delivery-count", "x-acquired-count"})
 DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
-PROPERTY_NAMES = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
-    "cluster_id",
-)
 
 
 @dataclass(frozen=True)
