@@ -10,14 +10,17 @@ each one into every DLQ (with x-death, x-first-death-*). Messages carry realisti
 type, message with varying numbers, ids, hosts and service names, sometimes a stack trace; host, app
 version), so that they fall into a few hundred patterns.
 
-Then, one after the other, on a DLQ each: bare, consume_dlq, consume_dlq, bare (so that a machine getting
-busier or quieter during the run weighs on both alike):
+Then, one after the other, on a DLQ each: bare, consume_dlq, consume_dlq --processes 1 (twice), consume_dlq,
+bare (so that a machine getting busier or quieter during the run weighs on all alike):
 - bare: a hand-written consumer (pika BlockingConnection, prefetch 1000, batches of 500 or 0.2 s) that
   extracts the same columns (the newest x-death entry, the error headers, the same fingerprint and
   classification functions, the headers as JSON, a sha256 dedupe key) and COPYs them into a table with the
   same columns and indexes as DeadLetter, commits, then acks with multiple=True. No patterns, counters,
   statistics, validation or recovery.
-- consume_dlq: the real command (`manage.py consume_dlq --queues ... --exit-when-idle 1`) with its defaults.
+- consume_dlq: the real command (`manage.py consume_dlq --queues ... --exit-when-idle 1`) with its defaults:
+  on PostgreSQL one consumer process per core (two here), as a deployment runs it.
+- consume_dlq --processes 1: the same in one process (one core for Python, plus its writer thread), to show
+  what the processes add and what one consumer costs per message next to the bare one.
 
 Each rate is N divided by the summed times from the first message leaving a DLQ (its ready count drops) to
 the consumer's last commit. Process start-up (Python, Django) is not in the rates; the CPU times of the
@@ -380,21 +383,23 @@ def main() -> None:
     create_bare_table(database_url)
 
     work_queue = f"bench.ingest.{uuid.uuid4().hex[:8]}"
-    # Two halves each, run bare, ours, ours, bare: a machine that gets busier or quieter during the run
-    # weighs on both consumers alike.
-    order = [("bare", 1), ("consume_dlq", 1), ("consume_dlq", 2), ("bare", 2)]
+    # Two halves each, in mirrored order: a machine that gets busier or quieter during the run weighs on all
+    # consumers alike.
+    order = [("bare", 1), ("consume_dlq", 1), ("single", 1), ("single", 2), ("consume_dlq", 2), ("bare", 2)]
     queues = {run: f"{work_queue}.{run[0]}.{run[1]}.dlq" for run in order}
-    seconds = {"bare": 0.0, "consume_dlq": 0.0}
-    cpu = {"bare": 0.0, "consume_dlq": 0.0}
+    seconds = {"bare": 0.0, "consume_dlq": 0.0, "single": 0.0}
+    cpu = {"bare": 0.0, "consume_dlq": 0.0, "single": 0.0}
     try:
         fill_seconds = fill(work_queue, list(queues.values()), half)
-        print(f"{half:,} dead letters in each of 4 DLQs ({fill_seconds:.1f} s)", flush=True)
+        print(f"{half:,} dead letters in each of {len(queues)} DLQs ({fill_seconds:.1f} s)", flush=True)
         for kind, round_number in order:
             queue = queues[(kind, round_number)]
             if kind == "bare":
                 command = [PYTHON, str(Path(__file__)), "--bare-consumer", queue, "--database-url", database_url]
             else:
                 command = [PYTHON, str(ROOT / "manage.py"), "consume_dlq", "--queues", queue, "--exit-when-idle", "1"]
+                if kind == "single":
+                    command += ["--processes", "1"]
             started, output, used = run_consumer(command, env, queue, half)
             if kind == "bare":
                 finished = json.loads(output.strip().splitlines()[-1])["last_commit"]
@@ -407,7 +412,7 @@ def main() -> None:
             seconds[kind] += finished - started
             cpu[kind] += used
             print(f"  {kind} round {round_number}: {rate(half, finished - started):,.0f} msg/s", flush=True)
-        ours = [queue for (kind, _), queue in queues.items() if kind == "consume_dlq"]
+        ours = [queue for (kind, _), queue in queues.items() if kind != "bare"]
         with psycopg.connect(database_url) as connection:
             received, inserted = one(
                 connection,
@@ -429,21 +434,24 @@ def main() -> None:
             drop_database(arguments.database)
 
     bare_rate, ours_rate = rate(n, seconds["bare"]), rate(n, seconds["consume_dlq"])
+    single_rate = rate(n, seconds["single"])
     report(
         f"ingest: {n:,} broker-dead-lettered messages per consumer into PostgreSQL",
         [
             ("bare pika + psycopg COPY", line(bare_rate, seconds["bare"], cpu["bare"], n)),
             ("consume_dlq", line(ours_rate, seconds["consume_dlq"], cpu["consume_dlq"], n)),
+            ("consume_dlq --processes 1", line(single_rate, seconds["single"], cpu["single"], n)),
             ("ratio consume_dlq / bare", f"{ours_rate / bare_rate:.0%} (target >= 75% and >= 3,500 msg/s)"),
+            ("ratio --processes 1 / bare", f"{single_rate / bare_rate:.0%}"),
             ("patterns", f"{patterns:,}"),
-            ("rows (consume_dlq / bare)", f"{rows:,} / {bare_rows:,}"),
+            ("rows (consume_dlq, both runs / bare)", f"{rows:,} / {bare_rows:,}"),
             ("counters (cells / patterns / IngestStat)", f"{cells:,} / {total:,} / {inserted:,} of {received:,}"),
             ("messages left in the DLQs", f"{left}"),
         ],
     )
     if arguments.keep:
         print(f"\nkept {database_url}")
-    if not (rows == bare_rows == cells == total == inserted == n and left == 0):
+    if not (rows == cells == total == inserted == 2 * n and bare_rows == n and left == 0):
         sys.exit("ingest benchmark: the stored rows or counters do not add up to n")
 
 

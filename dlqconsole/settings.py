@@ -167,6 +167,8 @@ DLQ_QUEUES = env_list("DLQ_QUEUES", [])
 DLQ_CONSUMER_PREFETCH = env_int("DLQ_CONSUMER_PREFETCH", 1000, minimum=1)
 DLQ_CONSUMER_BATCH_SIZE = env_int("DLQ_CONSUMER_BATCH_SIZE", 500, minimum=1)
 DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimum=0.0)
+# Consumer processes per consume_dlq (0: one per core, at most 4, on PostgreSQL; one on SQLite).
+DLQ_CONSUMER_PROCESSES = env_int("DLQ_CONSUMER_PROCESSES", 0, minimum=0)
 # Bodies larger than this are stored whole all the same (nothing is lost); the limit only marks them as large
 # so pages show a preview instead of rendering megabytes.
 DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024)
@@ -256,7 +258,7 @@ DLQ_REPLAYED_FROM_HEADER = env_str("DLQ_REPLAYED_FROM_HEADER", "dlq-replayed-fro
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s [%(process)d] %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"pika": {"level": "WARNING"}},

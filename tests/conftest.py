@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pika
 import pytest
@@ -11,6 +12,13 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from dlqconsole.core.amqp import connect
+
+
+@pytest.fixture(autouse=True)
+def _one_consumer_process(settings: Any) -> None:
+    """consume_dlq called in the test process runs its consumer in that process (forking pytest would copy its
+    database connections); consume_dlq started as a subprocess keeps its default, several processes."""
+    settings.DLQ_CONSUMER_PROCESSES = 1
 
 
 def _user(username: str, role: str | None) -> User:

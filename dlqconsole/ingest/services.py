@@ -363,6 +363,8 @@ def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLet
     stored: Counter[str] = Counter(letter.source_queue for letter in inserted)
     malformed: Counter[str] = Counter(letter.source_queue for letter in inserted if letter.parse_errors)
     table = IngestStat._meta.db_table
+    # The batch is about to commit: its last moment, not the one it started at.
+    finished = max(now, timezone.now())
     with connection.cursor() as cursor:
         for queue in sorted(received):
             cursor.execute(
@@ -371,14 +373,16 @@ def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLet
                 f"received = {table}.received + excluded.received, inserted = {table}.inserted + excluded.inserted, "
                 f"duplicates = {table}.duplicates + excluded.duplicates, "
                 f"malformed = {table}.malformed + excluded.malformed, batches = {table}.batches + 1, "
-                "last_batch_at = excluded.last_batch_at",
+                # Several consumers write concurrently: keep the latest moment, whichever commits last.
+                f"last_batch_at = CASE WHEN excluded.last_batch_at > {table}.last_batch_at "
+                f"THEN excluded.last_batch_at ELSE {table}.last_batch_at END",
                 [
                     queue,
                     received[queue],
                     stored[queue],
                     received[queue] - stored[queue],
                     malformed[queue],
-                    IngestStat._meta.get_field("last_batch_at").get_db_prep_save(now, connection),
+                    IngestStat._meta.get_field("last_batch_at").get_db_prep_save(finished, connection),
                 ],
             )
 

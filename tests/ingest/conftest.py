@@ -7,8 +7,8 @@ published to the work queue with a per-message TTL of 0 are dead-lettered by Rab
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import psutil
 import pytest
 from django.db import connection
 
@@ -146,6 +147,20 @@ class ConsumerProcess:
         if self.alive():
             self.process.send_signal(number)
 
+    def children(self) -> list[psutil.Process]:
+        """Its consumer processes, when it runs several."""
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_tree(self) -> None:
+        """SIGKILL the command and its consumer processes at the same moment."""
+        for process in [*self.children(), psutil.Process(self.process.pid)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        self.process.wait(timeout=30)
+
     def wait(self, timeout: float = 120) -> int:
         try:
             return self.process.wait(timeout=timeout)
@@ -176,7 +191,8 @@ def consume_dlq(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
 
     yield start
     for process in started:
-        process.signal(signal.SIGKILL)
+        if process.alive():
+            process.kill_tree()
         process.kill()
 
 

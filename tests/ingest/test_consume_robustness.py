@@ -14,7 +14,6 @@ import contextlib
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -92,9 +91,12 @@ def assert_exactly_once(queue: str, count: int) -> None:
     assert queue_depth(queue) == 0
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
 def test_sigkill_at_random_moments_loses_and_doubles_nothing(
-    dead_letter_queue: DeadLetterQueue, consume_dlq: Callable[..., ConsumerProcess]
+    dead_letter_queue: DeadLetterQueue, consume_dlq: Callable[..., ConsumerProcess], processes: str
 ) -> None:
+    """With two processes, SIGKILL hits the parent and both consumer processes at once (as the OOM killer or
+    a stopped container would), so batches are cut in the middle in every process."""
     total = 20_000
     randomness = random.Random()
     publisher = Publisher(dead_letter_queue, total)
@@ -102,10 +104,10 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     kills = 0
     progress = []
     while kills < 5 or publisher.is_alive():
-        consumer = consume_dlq("--queues", dead_letter_queue.dlq, "--batch-size", "200")
-        assert wait_until(partial(logged, consumer, "consuming ", 1), timeout=60)
+        consumer = consume_dlq("--queues", dead_letter_queue.dlq, "--batch-size", "200", "--processes", processes)
+        assert wait_until(partial(logged, consumer, "consuming ", int(processes)), timeout=60)
         time.sleep(randomness.uniform(0.3, 2.0))
-        consumer.signal(signal.SIGKILL)
+        consumer.kill_tree()
         consumer.wait(timeout=30)
         kills += 1
         progress.append(DeadLetter.objects.count())

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import signal
+from functools import partial
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
-from dlqconsole.ingest.consumer import DeadLetterConsumer
+from dlqconsole.ingest.consumer import ConsumerStats, DeadLetterConsumer
+from dlqconsole.ingest.supervisor import Supervisor, default_processes
 
 
 class Command(BaseCommand):
     help = (
         "Consume dead-letter queues and store every message in the database, acking only after the commit. "
         "Queues: --queues, else DLQ_QUEUES, else the DLQ of every enabled watched queue. Stops cleanly on "
-        "SIGTERM or SIGINT."
+        "SIGTERM or SIGINT. Runs one consumer process per core on PostgreSQL (--processes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,6 +37,13 @@ class Command(BaseCommand):
             "--prefetch", type=int, default=None, help="unacked messages per queue (DLQ_CONSUMER_PREFETCH)"
         )
         parser.add_argument(
+            "--processes",
+            type=int,
+            default=None,
+            help="consumer processes on the same queues (DLQ_CONSUMER_PROCESSES; default one per core, at most 4, "
+            "on PostgreSQL, one on SQLite)",
+        )
+        parser.add_argument(
             "--exit-when-idle",
             type=float,
             default=None,
@@ -47,13 +58,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for name in ("batch_size", "prefetch"):
+        for name in ("batch_size", "prefetch", "processes"):
             if options[name] is not None and options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
         for name in ("batch_seconds", "exit_when_idle", "refresh_seconds"):
             if options[name] is not None and options[name] < 0:
                 raise CommandError(f"--{name.replace('_', '-')} must not be negative")
-        self.consumer = DeadLetterConsumer(
+        make_consumer = partial(
+            DeadLetterConsumer,
             queues=[name.strip() for name in options["queues"].split(",") if name.strip()],
             batch_size=options["batch_size"],
             batch_seconds=options["batch_seconds"],
@@ -61,18 +73,27 @@ class Command(BaseCommand):
             exit_when_idle=options["exit_when_idle"],
             refresh_seconds=options["refresh_seconds"],
         )
-        previous = {number: signal.signal(number, self.on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            self.consumer.run()
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-        stats = self.consumer.stats
+        processes = options["processes"] or settings.DLQ_CONSUMER_PROCESSES or default_processes(connection.vendor)
+        if processes > 1:
+            self.stdout.write(f"consume_dlq: {processes} consumer processes")
+            stats = Supervisor(processes, make_consumer).run()
+        else:
+            stats = self.run_one(make_consumer())
         self.stdout.write(
             f"consume_dlq: {stats.received} received, {stats.inserted} new, {stats.duplicates} duplicates, "
             f"{stats.batches} batches, {stats.reduced} stored reduced, "
             f"{stats.broker_errors} broker errors, {stats.database_errors} database errors"
         )
+
+    def run_one(self, consumer: DeadLetterConsumer) -> ConsumerStats:
+        self.consumer = consumer
+        previous = {number: signal.signal(number, self.on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            consumer.run()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        return consumer.stats
 
     def on_signal(self, number: int, frame: FrameType | None) -> None:
         name = signal.Signals(number).name
