@@ -3,7 +3,8 @@
 Small sets stream straight to the browser, read in keyset chunks so memory stays flat. Sets larger than
 STREAM_LIMIT are written by a Celery task to VAR_DIR/exports/<token>.<ext> (a `.part` file while it runs, an
 `.error` file if it fails) and downloaded from the export status page. The token starts with the requester's
-user id: only that user (or an admin) can fetch the file.
+user id: only that user (or an admin) can fetch the file. Beat deletes export files older than
+DLQ_EXPORT_RETENTION_HOURS (a `.part` file that old belongs to a worker that died).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import csv
 import io
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,6 +76,23 @@ def export_dir() -> Path:
     path = Path(settings.VAR_DIR) / "exports"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def delete_expired_exports() -> int:
+    """Delete export files (ready, failed or abandoned) last written more than DLQ_EXPORT_RETENTION_HOURS ago;
+    returns how many."""
+    cutoff = time.time() - settings.DLQ_EXPORT_RETENTION_HOURS * 3600
+    deleted = 0
+    for path in export_dir().iterdir():
+        if not (path.is_file() and TOKEN.match(path.name.partition(".")[0])):
+            continue
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                deleted += 1
+        except FileNotFoundError:  # deleted by another worker meanwhile
+            continue
+    return deleted
 
 
 def is_large(chosen: DeadLetterFilter) -> bool:

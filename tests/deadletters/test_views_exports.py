@@ -6,6 +6,8 @@ import base64
 import csv
 import io
 import json
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +137,24 @@ def test_large_export_is_written_in_the_background_and_downloaded_by_its_owner(
     stranger.force_login(operator)
     assert stranger.get(started["Location"]).status_code == 404
     assert viewer_client.get("/messages/exports/../../etc/passwd/").status_code == 404
+
+
+@pytest.mark.sqlite
+def test_export_files_older_than_the_retention_are_deleted(export_dir: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DLQ_EXPORT_RETENTION_HOURS = 24
+    export_dir.mkdir(parents=True, exist_ok=True)
+    token = "7-" + "a" * 32
+    old = [export_dir / f"{token}.csv", export_dir / f"1-{'b' * 32}.jsonl.part", export_dir / f"2-{'c' * 32}.csv.error"]
+    fresh = export_dir / f"3-{'d' * 32}.csv"
+    unrelated = export_dir / "notes.txt"
+    long_ago = time.time() - 25 * 3600
+    for path in [*old, fresh, unrelated]:
+        path.write_text("x")
+    for path in [*old, unrelated]:
+        os.utime(path, (long_ago, long_ago))
+
+    assert exports.delete_expired_exports() == 3
+
+    assert not any(path.exists() for path in old)
+    assert fresh.exists() and unrelated.exists()
+    assert exports.delete_expired_exports() == 0
