@@ -316,11 +316,10 @@ class Facts:
 
     @cached_property
     def paused_operations(self) -> list[Any]:
-        """Operations that paused themselves. A person who pauses one knows it already; the operations services
-        write "paused by <name>" for those, and they do not alert."""
+        """Operations that paused themselves. A person who pauses one knows it already: that does not alert."""
         from dlqconsole.operations.models import Operation, OperationStatus
 
-        paused = Operation.objects.filter(status=OperationStatus.PAUSED).exclude(pause_reason__startswith="paused by ")
+        paused = Operation.objects.filter(status=OperationStatus.PAUSED, paused_automatically=True)
         return list(paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"))
 
 

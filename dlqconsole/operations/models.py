@@ -127,6 +127,8 @@ class Operation(models.Model):
     automatic = models.BooleanField(default=False, help_text="Started by a retry policy, not a person.")
     status = models.CharField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PLANNED)
     pause_reason = models.TextField(blank=True)
+    # Paused by its own safeguards (canary, returns, circuit breaker, an error), not by a person: this alerts.
+    paused_automatically = models.BooleanField(default=False)
     last_error = models.TextField(blank=True)
 
     total = models.IntegerField(default=0)

@@ -903,7 +903,10 @@ class OperationRunner:
 
     def _pause(self, reason: str, *, error: str = "") -> None:
         paused = Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES).update(
-            status=OperationStatus.PAUSED, pause_reason=reason[:2000], last_error=error or reason[:2000]
+            status=OperationStatus.PAUSED,
+            pause_reason=reason[:2000],
+            paused_automatically=True,
+            last_error=error or reason[:2000],
         )
         if paused:
             logger.warning("operation %s paused: %s", self.operation_id, reason)

@@ -321,7 +321,7 @@ def pause_operation(*, operation: Operation, actor: Actor, reason: str = "") -> 
     reason = reason.strip() or f"paused by {name}"
     with transaction.atomic():
         paused = Operation.objects.filter(pk=operation.pk, status__in=ACTIVE_STATUSES).update(
-            status=OperationStatus.PAUSED, pause_reason=reason[:2000]
+            status=OperationStatus.PAUSED, pause_reason=reason[:2000], paused_automatically=False
         )
         if not paused:
             operation.refresh_from_db()
@@ -342,6 +342,7 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
         resumed = Operation.objects.filter(pk=operation.pk, status=OperationStatus.PAUSED).update(
             status=status,
             pause_reason="",
+            paused_automatically=False,
             canary_passed=status == OperationStatus.RUNNING and bool(operation.canary_size),
             returned_baseline=operation.returned,
             succeeded_baseline=operation.succeeded,

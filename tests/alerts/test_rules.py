@@ -267,9 +267,11 @@ def test_operation_paused_by_its_safeguards_fires_and_resolves_on_resume(operato
         total=100,
         succeeded=40,
         pause_reason="publishing keeps failing: 5 failures in a row; the last: connection reset",
+        paused_automatically=True,
     )
+    # Paused by a person, whatever the reason they gave: they know already.
     Operation.objects.create(
-        kind=OperationKind.MOVE, status=OperationStatus.PAUSED, total=5, pause_reason="paused by otto-operator"
+        kind=OperationKind.MOVE, status=OperationStatus.PAUSED, total=5, pause_reason="publishing keeps failing"
     )
 
     evaluate_rules()

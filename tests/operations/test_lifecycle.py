@@ -154,6 +154,7 @@ def test_pause_stops_a_run_and_resume_continues_it(operator):
     assert not run_operation(operation_id=operation.pk)
     operation.refresh_from_db()
     assert (operation.status, operation.pause_reason, operation.succeeded) == ("paused", "downstream deploy", 0)
+    assert not operation.paused_automatically
 
     resume_operation(operation=operation, actor=operator)
     run_operation(operation_id=operation.pk)

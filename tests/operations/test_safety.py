@@ -90,6 +90,7 @@ def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, 
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PAUSED
     assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 1s"
+    assert operation.paused_automatically
     assert (operation.succeeded, operation.returned) == (2, 2)
     assert operation.items.filter(status=ItemStatus.PENDING).count() == 3
     rest = DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters[2:]])
