@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
 
 pytestmark = [pytest.mark.django_db]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def closed_port() -> int:
@@ -44,3 +51,22 @@ def test_wrong_broker_credentials_are_503(client: Client) -> None:
 
 def test_only_get_is_allowed(client: Client) -> None:
     assert client.post("/healthz").status_code == 405
+
+
+def test_database_down_is_503() -> None:
+    """A web process whose database does not answer (a fresh process: the test database stays up)."""
+    script = (
+        "import django, json; django.setup(); from django.test import Client; "
+        "response = Client().get('/healthz'); print(response.status_code, json.dumps(response.json()))"
+    )
+    env = dict(os.environ, DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/dlqconsole")
+    env.setdefault("DJANGO_SETTINGS_MODULE", "dlqconsole.settings")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+
+    status, _, text = done.stdout.strip().splitlines()[-1].partition(" ")
+    body = json.loads(text)
+    assert status == "503"
+    assert (body["status"], body["broker"]) == ("error", "ok")
+    assert body["database"].startswith("error: OperationalError")
