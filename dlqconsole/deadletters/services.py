@@ -257,26 +257,25 @@ def absorb_pattern(
         target.note = source.note
         fields += ["status", "status_changed_at", "owner", "note"]
     target.save(update_fields=fields)
-    user = _user(actor)
-    PatternEvent.objects.bulk_create(
-        [
-            PatternEvent(
-                pattern=source,
-                kind=PatternEvent.Kind.MERGED,
-                detail=f"Merged into #{target.pk}: {detail}",
-                actor=user,
-                created_at=now,
-            ),
-            PatternEvent(
-                pattern=target,
-                kind=PatternEvent.Kind.MERGED,
-                detail=f"Absorbed #{source.pk} ({moved} dead letters, {absorbed_total} in all): {detail}",
-                actor=user,
-                created_at=now,
-            ),
-        ]
+    _record_both(
+        PatternEvent.Kind.MERGED,
+        {
+            source: f"Merged into #{target.pk}: {detail}",
+            target: f"Absorbed #{source.pk} ({moved} dead letters, {absorbed_total} in all): {detail}",
+        },
+        actor=actor,
+        now=now,
     )
     return moved
+
+
+def _record_both(kind: str, details: dict[FailurePattern, str], *, actor: Actor, now: dt.datetime) -> None:
+    """One history event on each pattern a merge or split touched, each told from its own side."""
+    user = _user(actor)
+    PatternEvent.objects.bulk_create(
+        PatternEvent(pattern=pattern, kind=kind, detail=detail, actor=user, created_at=now)
+        for pattern, detail in details.items()
+    )
 
 
 def merge_patterns(
@@ -476,24 +475,14 @@ def split_pattern(
         locked.total_count = max(0, locked.total_count - moved)
         locked.save(update_fields=["total_count"])
         how = f"/{regex}/" + (f" in header {header}" if header else "")
-        user = _user(actor)
-        PatternEvent.objects.bulk_create(
-            [
-                PatternEvent(
-                    pattern=locked,
-                    kind=PatternEvent.Kind.SPLIT,
-                    detail=f"{moved} dead letters matching {how} split into #{part.pk} ({name})",
-                    actor=user,
-                    created_at=now,
-                ),
-                PatternEvent(
-                    pattern=part,
-                    kind=PatternEvent.Kind.SPLIT,
-                    detail=f"Split from #{locked.pk} by {how}: {moved} dead letters",
-                    actor=user,
-                    created_at=now,
-                ),
-            ]
+        _record_both(
+            PatternEvent.Kind.SPLIT,
+            {
+                locked: f"{moved} dead letters matching {how} split into #{part.pk} ({name})",
+                part: f"Split from #{locked.pk} by {how}: {moved} dead letters",
+            },
+            actor=actor,
+            now=now,
         )
         record_audit(
             actor=actor,

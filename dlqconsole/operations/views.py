@@ -6,6 +6,7 @@ fragment htmx asked for. Purge needs the admin role; every other kind the operat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -231,48 +232,35 @@ def _control_error(request: HtmxHttpRequest, operation: Operation, problem: Exce
     return redirect("operations:detail", pk=operation.pk)
 
 
-@require_POST
-def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation], done: str) -> HttpResponse:
+    """Start, pause, resume or cancel: the role for the operation's kind, the service call, the response."""
     operation = get_object_or_404(Operation, pk=pk)
     require_kind_role(request.user, operation.kind)
     try:
-        services.start_operation(operation=operation, actor=request.user)
+        action(operation=operation, actor=request.user)
     except services.OperationError as problem:
         return _control_error(request, operation, problem)
-    return _control_response(request, operation, "Started.")
+    return _control_response(request, operation, done)
+
+
+@require_POST
+def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    return _control(request, pk, services.start_operation, "Started.")
 
 
 @require_POST
 def operation_pause(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    operation = get_object_or_404(Operation, pk=pk)
-    require_kind_role(request.user, operation.kind)
-    try:
-        services.pause_operation(operation=operation, actor=request.user)
-    except services.OperationError as problem:
-        return _control_error(request, operation, problem)
-    return _control_response(request, operation, "Paused.")
+    return _control(request, pk, services.pause_operation, "Paused.")
 
 
 @require_POST
 def operation_resume(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    operation = get_object_or_404(Operation, pk=pk)
-    require_kind_role(request.user, operation.kind)
-    try:
-        services.resume_operation(operation=operation, actor=request.user)
-    except services.OperationError as problem:
-        return _control_error(request, operation, problem)
-    return _control_response(request, operation, "Resumed.")
+    return _control(request, pk, services.resume_operation, "Resumed.")
 
 
 @require_POST
 def operation_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    operation = get_object_or_404(Operation, pk=pk)
-    require_kind_role(request.user, operation.kind)
-    try:
-        services.cancel_operation(operation=operation, actor=request.user)
-    except services.OperationError as problem:
-        return _control_error(request, operation, problem)
-    return _control_response(request, operation, "Cancelled.")
+    return _control(request, pk, services.cancel_operation, "Cancelled.")
 
 
 @require_POST
