@@ -136,13 +136,17 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
-# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives.
+# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives
+# and old export files.
 CELERY_BEAT_SCHEDULE |= {
     "operations-sweep": {"task": "operations.sweep_operations", "schedule": 15.0},
     "operations-schedule-retries": {"task": "operations.schedule_new_dead_letters", "schedule": 5.0},
     "operations-due-retries": {"task": "operations.start_due_retries", "schedule": 10.0},
     "operations-archive-retention": {"task": "operations.delete_expired_archives", "schedule": 3600.0},
+    "deadletters-export-retention": {"task": "deadletters.delete_expired_exports", "schedule": 3600.0},
 }
+# Export files written in the background are deleted this long after they were written.
+DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1)
 # Alerts: evaluate the rules every few seconds (a first dead letter alerts within seconds), sample watched queue
 # depths, and re-enqueue due notification retries. A tick that could not start in time is dropped, not piled up.
 DLQ_ALERT_EVALUATION_SECONDS = env_float("DLQ_ALERT_EVALUATION_SECONDS", 2.0, minimum=0.5)
