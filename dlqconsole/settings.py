@@ -7,6 +7,7 @@ from pathlib import Path
 import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 from dlqconsole.core.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -127,6 +128,27 @@ AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
 REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", AMQP_URL)
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "dlqconsole")
+# Two queues. The default one carries long work (operations, which may run for hours at a low rate, and export
+# files); the control queue carries the short tasks that must never wait behind them: alert evaluation and
+# notifications, queue sampling, the operation sweeper, automatic retry scheduling, retention. `make run` and
+# docker compose run a worker for each; a worker started without -Q/-X consumes both.
+DLQ_CONTROL_QUEUE = env_str("DLQ_CONTROL_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.control")
+CONTROL_TASKS = (
+    "alerts.evaluate_alerts",
+    "alerts.send_notification",
+    "alerts.retry_notifications",
+    "alerts.sample_queues",
+    "operations.sweep_operations",
+    "operations.schedule_new_dead_letters",
+    "operations.start_due_retries",
+    "operations.delete_expired_archives",
+    "deadletters.delete_expired_exports",
+)
+CELERY_TASK_ROUTES = {name: {"queue": DLQ_CONTROL_QUEUE} for name in CONTROL_TASKS}
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    for name in (CELERY_TASK_DEFAULT_QUEUE, DLQ_CONTROL_QUEUE)
+]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

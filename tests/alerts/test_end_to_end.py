@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -52,8 +53,9 @@ def celery_queue(amqp_channel: BlockingChannel) -> str:
     """The Celery queue this process enqueues to (tasks started here must reach the worker started here),
     emptied of whatever earlier tests left in it."""
     name = settings.CELERY_TASK_DEFAULT_QUEUE
-    amqp_channel.queue_declare(queue=name, durable=True)
-    amqp_channel.queue_purge(queue=name)
+    for queue in (name, settings.DLQ_CONTROL_QUEUE):
+        amqp_channel.queue_declare(queue=queue, durable=True)
+        amqp_channel.queue_purge(queue=queue)
     return name
 
 
@@ -140,10 +142,39 @@ def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_reco
                     "WARNING",
                     "--without-gossip",
                     "--without-mingle",
+                    "--hostname",
+                    f"control-{uuid.uuid4().hex[:8]}@%h",
                     "--queues",
-                    celery_queue,
+                    settings.DLQ_CONTROL_QUEUE,
                     "--schedule",
                     str(tmp_path / "celerybeat-schedule"),
+                ],
+                env=env,
+                stdout=log,
+                stderr=log,
+                cwd=settings.BASE_DIR,
+            )
+        )
+        # As deployed: operations and exports on a worker of their own, so they never hold up the control tasks.
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "dlqconsole",
+                    "worker",
+                    "--concurrency",
+                    "1",
+                    "--loglevel",
+                    "WARNING",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--hostname",
+                    f"work-{uuid.uuid4().hex[:8]}@%h",
+                    "--queues",
+                    celery_queue,
                 ],
                 env=env,
                 stdout=log,
@@ -180,7 +211,7 @@ def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_reco
     assert latency < 10, f"the webhook was called {latency:.2f} s after the dead letter"
     assert firing.body["value"] == 1 and firing.body["severity"] == "warning"
 
-    # Deal with it as an operator would: archive it through an operation, run by the same worker.
+    # Deal with it as an operator would: archive it through an operation, run by the operations worker.
     operation = plan_operation(kind="archive", filter={"queue": [dead_letter_queue]}, actor=operator)
     assert operation.total == 1
     start_operation(operation=operation, actor=operator)

@@ -270,10 +270,12 @@ def test_notifications_are_enqueued_on_commit_to_the_broker(
 
     notification = Notification.objects.get()
     assert len(callbacks) == 1 and notification.status == NotificationStatus.QUEUED
-    # The send task is really on RabbitMQ, in the Celery queue, naming this notification.
+    # The send task is really on RabbitMQ, in the control queue (never behind long operations), naming this
+    # notification.
     found = []
+    amqp_channel.queue_declare(queue=settings.DLQ_CONTROL_QUEUE, durable=True)
     while True:
-        method, properties, body = amqp_channel.basic_get(settings.CELERY_TASK_DEFAULT_QUEUE, auto_ack=True)
+        method, properties, body = amqp_channel.basic_get(settings.DLQ_CONTROL_QUEUE, auto_ack=True)
         if method is None:
             break
         if properties.headers.get("task") == "alerts.send_notification":
