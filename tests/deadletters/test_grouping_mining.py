@@ -137,3 +137,9 @@ def test_kinds_of_things_in_a_slot_are_the_subject_not_data() -> None:
     result = mined(*[f"{kind} {name} not found" for kind in ("user", "tenant", "queue") for name in ("alice", "bob")])
 
     assert set(result.values()) == {"user <*> not found", "tenant <*> not found", "queue <*> not found"}
+
+
+def test_the_first_word_of_a_message_is_never_a_variable() -> None:
+    result = mined("resync started (job 12)", "rebuild started (job 12)", "purge started (job 12)")
+
+    assert len(set(result.values())) == 3

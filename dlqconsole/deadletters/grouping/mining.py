@@ -15,7 +15,8 @@ agree with it on every other position and differ there ("user alice not found", 
   different values suffice: what follows such a noun is that thing's name;
 - after a noun that introduces an enumeration (`status`, `state`, `code`, `type`, `reason`), the values are
   fixed words that name different failures ("state SHIPPED" / "state CANCELLED"); it takes ENUM_VALUES;
-- elsewhere it takes PLAIN_VALUES different words.
+- elsewhere it takes PLAIN_VALUES different words;
+- the first word of a message never varies unless masking found data there (it is the message's wording).
 A slot that a sibling template already holds as a wildcard is variable, and a template matching a
 generalised one on all its fixed words joins it. Rounds repeat until nothing changes. A generalised template
 must keep at least as many fixed words as wildcards, so chains of merges cannot end in `<*> <*> <*>`.
@@ -87,6 +88,14 @@ def _word(token: str) -> str:
     return word.lower()
 
 
+def _first_word(form: tuple[str, ...]) -> int:
+    """The position of the message's first word (the first token that starts with a letter), or -1."""
+    for position, token in enumerate(form):
+        if token.lstrip()[:1].isalpha():
+            return position
+    return -1
+
+
 def _before(form: tuple[str, ...], position: int) -> str:
     """The word before a position ("user" in "user alice" and in "user=alice"), or ""."""
     index = position - 1
@@ -107,6 +116,10 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
     if any(is_wildcard(value) for value in values):
         return True
     if not any(value.strip()[:1].isalnum() or value.strip()[:1] in "<'\"`" for value in values):
+        return False
+    if position == _first_word(form) and not any(_is_data(value) for value in values):
+        # The first word of a message is its own wording ("boot (command 12)", "halt (command 12)"), never a
+        # name: only masked data varies there.
         return False
     before = _before(form, position)
     after = _after(form, position)
