@@ -192,7 +192,20 @@ def tokenize(message: str) -> tuple[str, ...]:
         for position, token in enumerate(raw):
             if token in STATUS_TOKENS and _is_status(raw, position):
                 tokens[position] = token
+    if "," in raw:
+        tokens = _join_lists(tokens)
     return tuple(tokens)
+
+
+def _join_lists(tokens: list[str]) -> list[str]:
+    """A list of masked values joined by bare commas ("<IP>,<IP>,<IP>") is one value whatever its length."""
+    result: list[str] = []
+    for token in tokens:
+        if token[:1] == "<" and len(result) >= 2 and result[-1] == "," and result[-2].lstrip(" ") == token:
+            result.pop()
+            continue
+        result.append(token)
+    return result
 
 
 def _is_status(tokens: list[str], position: int) -> bool:

@@ -18,6 +18,13 @@ def test_masking_keeps_units_and_collapses_whitespace() -> None:
     assert mask("timed out after 5000ms\n\tretry in  3.5s") == "timed out after <NUM>ms retry in <NUM>s"
 
 
+def test_a_list_of_values_joined_by_commas_is_one_value() -> None:
+    assert mask("replicas 10.0.3.7,10.0.3.8,10.0.3.9 unreachable") == "replicas <IP> unreachable"
+    assert mask("replicas 10.0.3.7 unreachable") == "replicas <IP> unreachable"
+    assert mask("skipped rows 4,18 of batch 7") == "skipped rows <NUM> of batch <NUM>"
+    assert mask("expected one of red,green,blue") == "expected one of red,green,blue"
+
+
 def test_http_status_codes_are_kept_because_they_name_the_failure() -> None:
     assert mask("Request failed with status code 404") == "Request failed with status code 404"
     assert mask("503 Server Error: Service Unavailable for url: https://api.example/v1/x") == (
