@@ -143,3 +143,17 @@ def test_the_first_word_of_a_message_is_never_a_variable() -> None:
     result = mined("resync started (job 12)", "rebuild started (job 12)", "purge started (job 12)")
 
     assert len(set(result.values())) == 3
+
+
+def test_the_unit_after_a_number_merges_from_two_values() -> None:
+    result = mined("upload of 12 KB rejected by scanner", "upload of 900 B rejected by scanner")
+
+    assert set(result.values()) == {"upload of <NUM> <*> rejected by scanner"}
+
+
+def test_a_fixed_word_after_a_wildcard_is_not_a_unit() -> None:
+    result = mined(
+        *[f"publish rejected: queue {name} {state}" for name in ("orders", "billing") for state in ("full", "paused")]
+    )
+
+    assert set(result.values()) == {"publish rejected: queue <*> full", "publish rejected: queue <*> paused"}

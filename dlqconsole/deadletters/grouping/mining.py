@@ -96,6 +96,12 @@ def _first_word(form: tuple[str, ...]) -> int:
     return -1
 
 
+def _after_data(form: tuple[str, ...], position: int) -> bool:
+    """Whether a token follows masked data ("<NUM> KB", "<NUM> retries"): a word there is the value's unit."""
+    previous = form[position - 1] if position > 0 else ""
+    return form[position].startswith(" ") and _is_data(previous) and not is_wildcard(previous)
+
+
 def _before(form: tuple[str, ...], position: int) -> str:
     """The word before a position ("user" in "user alice" and in "user=alice"), or ""."""
     index = position - 1
@@ -123,7 +129,12 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         return False
     before = _before(form, position)
     after = _after(form, position)
-    if before in ENTITY_NOUNS or after in ENTITY_NOUNS or any(_is_data(value) for value in values):
+    if (
+        before in ENTITY_NOUNS
+        or after in ENTITY_NOUNS
+        or any(_is_data(value) for value in values)
+        or (_after_data(form, position) and all(value.strip().isalpha() for value in values))
+    ):
         needed = 2
     elif (
         before in ENUM_NOUNS
