@@ -25,6 +25,13 @@ def test_a_list_of_values_joined_by_commas_is_one_value() -> None:
     assert mask("expected one of red,green,blue") == "expected one of red,green,blue"
 
 
+def test_a_short_name_ending_in_one_digit_is_kept() -> None:
+    assert mask("link down on eth0") == "link down on eth0"
+    assert mask("api v2 refused the payload, retry with http2") == "api v2 refused the payload, retry with http2"
+    assert mask("link down on eth0") != mask("link down on wlan1")
+    assert mask("session kq12zx34 expired") == "session <ID> expired"
+
+
 def test_http_status_codes_are_kept_because_they_name_the_failure() -> None:
     assert mask("Request failed with status code 404") == "Request failed with status code 404"
     assert mask("503 Server Error: Service Unavailable for url: https://api.example/v1/x") == (
