@@ -32,7 +32,7 @@ WILDCARD = "<*>"
 # (the regex engine then jumps from one candidate to the next) and runs only when a cheap test says it can match.
 URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^\s/'\"<>()\[\]{},;?#]*)([^\s'\"<>()\[\]{},;]*)", re.I)
 EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
-PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~-]+(?:/[\w.@%+~-]+)+/?|\b[A-Z]:\\[^\s'\"]+")
+PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?|\b[A-Z]:\\[^\s'\"]+")
 DATETIME_HINT = re.compile(r":\d\d:|-\d\d-")
 DATETIME = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"

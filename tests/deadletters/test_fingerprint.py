@@ -32,6 +32,11 @@ def test_a_short_name_ending_in_one_digit_is_kept() -> None:
     assert mask("session kq12zx34 expired") == "session <ID> expired"
 
 
+def test_a_path_with_a_wildcard_is_a_path() -> None:
+    assert mask("no route for /exports/*") == "no route for <PATH>"
+    assert mask("cannot read /srv/spool/*.json") == "cannot read <PATH>"
+
+
 def test_http_status_codes_are_kept_because_they_name_the_failure() -> None:
     assert mask("Request failed with status code 404") == "Request failed with status code 404"
     assert mask("503 Server Error: Service Unavailable for url: https://api.example/v1/x") == (
