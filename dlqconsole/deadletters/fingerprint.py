@@ -61,10 +61,6 @@ HEX = re.compile(r"0x[0-9a-f]+|(?=[0-9a-f]*[a-f])[0-9a-f]{6,}", re.I)
 # random letters with two runs of capitals ("swFSncWCQpKTMN"; "HTTPSConnectionPool" has one, so it stays).
 LETTER_ID = re.compile(r"[a-z]{2,6}_[A-Za-z0-9]{10,}|[a-f]{8,}|[A-Za-z]*?[A-Z]{2}[a-z][A-Za-z]*?[A-Z]{2}[A-Za-z]*")
 
-# A short word ending in one digit names a thing, not an instance of it: an interface ("en0", "wlan1"), a version
-# or protocol ("v2", "http2", "ipv6"), an encoding or a digest ("utf8", "sha1").
-NAME_WITH_DIGIT = re.compile(r"[A-Za-z]{1,5}\d")
-
 # A three-digit number right after one of these words, or right before a reason phrase, is an HTTP status: it
 # names the failure ("status 404" and "status 503" are different causes), so it is kept.
 STATUS_BEFORE = frozenset({"status", "code", "http", "https", "statuscode", "status_code", "response", "returned"})
@@ -142,8 +138,6 @@ def _mask_word(word: str) -> str:
         return word
     if IPV4.fullmatch(word):
         return "<IP>"
-    if NAME_WITH_DIGIT.fullmatch(word):
-        return word
     number = NUMBER.fullmatch(word)
     if number:
         return "<NUM>" + (number.group(1) or "")
