@@ -47,7 +47,6 @@ PERMANENT_REASONS = frozenset(
 class DeadLetterStatus(models.TextChoices):
     PARKED = "parked", "Parked"
     SCHEDULED = "scheduled", "Scheduled for retry"
-    REPLAYING = "replaying", "Replaying"
     REPLAYED = "replayed", "Replayed"
     MOVED = "moved", "Moved"
     ARCHIVED = "archived", "Archived"
