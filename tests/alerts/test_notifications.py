@@ -264,6 +264,9 @@ def test_notifications_are_enqueued_on_commit_to_the_broker(
 ) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", channels=[webhook])
     ingest(1)
+    # Sends that earlier tests enqueued (no worker consumes the control queue during these tests).
+    amqp_channel.queue_declare(queue=settings.DLQ_CONTROL_QUEUE, durable=True)
+    amqp_channel.queue_purge(queue=settings.DLQ_CONTROL_QUEUE)
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         evaluate_rules()
@@ -273,7 +276,6 @@ def test_notifications_are_enqueued_on_commit_to_the_broker(
     # The send task is really on RabbitMQ, in the control queue (never behind long operations), naming this
     # notification.
     found = []
-    amqp_channel.queue_declare(queue=settings.DLQ_CONTROL_QUEUE, durable=True)
     while True:
         method, properties, body = amqp_channel.basic_get(settings.DLQ_CONTROL_QUEUE, auto_ack=True)
         if method is None:
