@@ -104,9 +104,17 @@ def screenshot(page: Page, name: str) -> None:
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(100)
     overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    # The outermost elements that stick out, to say what to fix.
+    culprits = page.evaluate(
+        """() => [...document.querySelectorAll('body *')]
+            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+            .filter(e => !e.parentElement.closest('.table-wrap'))
+            .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.className ? '.' + e.className : '')
+                + ' right=' + Math.round(e.getBoundingClientRect().right))"""
+    )
     page.screenshot(path=str(SCREENSHOTS / f"{name}-375.png"), full_page=True)
     page.set_viewport_size(DESKTOP)
-    assert overflow <= 0, f"{name} is {overflow}px wider than a 375px screen"
+    assert overflow <= 0, f"{name} is {overflow}px wider than a 375px screen: {culprits}"
 
 
 # The broker -----------------------------------------------------------------------------------------------------
@@ -186,7 +194,8 @@ def database_url() -> str:
 
 @pytest.fixture
 def celery_worker(tmp_path: Path, live_server: Any) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
-    """Start a real Celery worker on this run's queue and the live server's database; stopped afterwards."""
+    """Start a real Celery worker on this run's queues (work and control) and the live server's database;
+    stopped afterwards."""
     started: list[subprocess.Popen[bytes]] = []
     log = tmp_path / "worker.log"
 
@@ -214,7 +223,7 @@ def celery_worker(tmp_path: Path, live_server: Any) -> Iterator[Callable[[], sub
                 "--without-mingle",
                 "--loglevel=INFO",
                 "-Q",
-                settings.CELERY_TASK_DEFAULT_QUEUE,
+                f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.DLQ_CONTROL_QUEUE}",
             ],
             cwd=BASE_DIR,
             env=env,
