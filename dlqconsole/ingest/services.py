@@ -374,7 +374,8 @@ def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLet
                 f"duplicates = {table}.duplicates + excluded.duplicates, "
                 f"malformed = {table}.malformed + excluded.malformed, batches = {table}.batches + 1, "
                 # Several consumers write concurrently: keep the latest moment, whichever commits last.
-                f"last_batch_at = CASE WHEN excluded.last_batch_at > {table}.last_batch_at "
+                f"last_batch_at = CASE WHEN {table}.last_batch_at IS NULL "
+                f"OR excluded.last_batch_at > {table}.last_batch_at "
                 f"THEN excluded.last_batch_at ELSE {table}.last_batch_at END",
                 [
                     queue,

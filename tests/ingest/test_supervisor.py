@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from dlqconsole.ingest import supervisor
 from dlqconsole.ingest.supervisor import default_processes
 from tests.ingest.conftest import (
+    ROOT,
     ConsumerProcess,
     DeadLetterQueue,
     publish_dead_letters,
@@ -39,7 +44,8 @@ def gone(pid: int) -> bool:
 def test_default_is_one_process_per_core_on_postgresql_and_one_on_sqlite() -> None:
     assert default_processes("sqlite") == 1
     assert 1 <= default_processes("postgresql") <= 4
-    assert default_processes("postgresql") == min(4, len(psutil.Process().cpu_affinity() or [1]))
+    cores = len(psutil.Process().cpu_affinity() or [1])
+    assert default_processes("postgresql") == min(4, cores, supervisor.cgroup_cpu_quota() or cores)
 
 
 def test_processes_share_the_queue_and_report_one_total(
@@ -105,3 +111,61 @@ def test_consumer_processes_stop_when_the_parent_is_killed(
     # Told by the kernel (SIGTERM on the parent's death), each stops cleanly on its own.
     assert wait_until(lambda: all(gone(pid) for pid in children), timeout=30)
     assert wait_until(lambda: consumer.output.count("consume_dlq stopped:") == 2)
+    assert "Traceback" not in consumer.output and "failed" not in consumer.output
+
+
+def test_a_consumer_process_that_stops_unasked_is_replaced(
+    dead_letter_queue: DeadLetterQueue, amqp_channel: Any, consume_dlq: Callable[..., ConsumerProcess]
+) -> None:
+    consumer = consume_dlq("--queues", dead_letter_queue.dlq, "--processes", "2", "--batch-seconds", "0.05")
+    assert wait_until(lambda: consumer.output.count("consuming " + dead_letter_queue.dlq) == 2)
+
+    psutil.Process(started_pids(consumer)[1]).terminate()  # someone's `kill <pid>`: a clean stop, exit code 0
+
+    assert wait_until(lambda: len(started_pids(consumer)) == 3)
+    assert "ended with exit code 0" in consumer.output
+    publish_dead_letters(amqp_channel, dead_letter_queue, range(200), wait=False)
+    assert wait_until(lambda: counters() == (200, 200, 200))
+    consumer.signal(signal.SIGTERM)
+    assert consumer.wait(timeout=30) == 0
+
+
+CRASH_LOOP = """
+import django, os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dlqconsole.settings")
+django.setup()
+from dlqconsole.ingest import supervisor
+
+supervisor.MAX_RESTART_DELAY = 0.05
+
+
+def broken():
+    raise RuntimeError("a setting the consumer cannot work with")
+
+
+watcher = supervisor.Supervisor(2, broken)
+watcher.run()
+print("failed" if watcher.failed else "ok", watcher.stats.received)
+"""
+
+
+def test_a_crash_loop_gives_up_and_fails() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH_LOOP], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+
+    assert done.stdout.strip().splitlines()[-1] == "failed 0"
+    assert "RuntimeError: a setting the consumer cannot work with" in done.stderr
+    assert f"{supervisor.MAX_QUICK_FAILURES} times in a row" in done.stderr
+    assert "giving up" in done.stderr
+
+
+def test_cgroup_cpu_quota_caps_the_process_count(tmp_path: Path) -> None:
+    quota = tmp_path / "cpu.max"
+    quota.write_text("max 100000\n")
+    assert supervisor.cgroup_cpu_quota(quota) is None
+    quota.write_text("150000 100000\n")
+    assert supervisor.cgroup_cpu_quota(quota) == 2
+    quota.write_text("50000 100000\n")
+    assert supervisor.cgroup_cpu_quota(quota) == 1
+    assert supervisor.cgroup_cpu_quota(tmp_path / "missing") is None

@@ -74,9 +74,12 @@ class Command(BaseCommand):
             refresh_seconds=options["refresh_seconds"],
         )
         processes = options["processes"] or settings.DLQ_CONSUMER_PROCESSES or default_processes(connection.vendor)
+        failed = False
         if processes > 1:
             self.stdout.write(f"consume_dlq: {processes} consumer processes")
-            stats = Supervisor(processes, make_consumer).run()
+            supervisor = Supervisor(processes, make_consumer, exit_when_idle=options["exit_when_idle"] is not None)
+            stats = supervisor.run()
+            failed = supervisor.failed
         else:
             stats = self.run_one(make_consumer())
         self.stdout.write(
@@ -84,6 +87,8 @@ class Command(BaseCommand):
             f"{stats.batches} batches, {stats.reduced} stored reduced, "
             f"{stats.broker_errors} broker errors, {stats.database_errors} database errors"
         )
+        if failed:
+            raise CommandError("a consumer process failed (see the log above); nothing unacked is lost")
 
     def run_one(self, consumer: DeadLetterConsumer) -> ConsumerStats:
         self.consumer = consumer
