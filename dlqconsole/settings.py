@@ -132,7 +132,10 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "dlqconsole")
 # files); the control queue carries the short tasks that must never wait behind them: alert evaluation and
 # notifications, queue sampling, the operation sweeper, automatic retry scheduling, retention. `make run` and
 # docker compose run a worker for each; a worker started without -Q/-X consumes both.
-DLQ_CONTROL_QUEUE = env_str("DLQ_CONTROL_QUEUE", f"{CELERY_TASK_DEFAULT_QUEUE}.control")
+DLQ_CONTROL_QUEUE = env_str("DLQ_CONTROL_QUEUE", "") or f"{CELERY_TASK_DEFAULT_QUEUE}.control"
+if DLQ_CONTROL_QUEUE == CELERY_TASK_DEFAULT_QUEUE:
+    raise ImproperlyConfigured("DLQ_CONTROL_QUEUE must differ from CELERY_TASK_DEFAULT_QUEUE")
+# Deleting expired archives is bulk work (minutes after a mass archive): it stays on the default queue.
 CONTROL_TASKS = (
     "alerts.evaluate_alerts",
     "alerts.send_notification",
@@ -141,7 +144,6 @@ CONTROL_TASKS = (
     "operations.sweep_operations",
     "operations.schedule_new_dead_letters",
     "operations.start_due_retries",
-    "operations.delete_expired_archives",
     "deadletters.delete_expired_exports",
 )
 CELERY_TASK_ROUTES = {name: {"queue": DLQ_CONTROL_QUEUE} for name in CONTROL_TASKS}
@@ -164,8 +166,16 @@ CELERY_BEAT_SCHEDULE |= {
     "operations-sweep": {"task": "operations.sweep_operations", "schedule": 15.0},
     "operations-schedule-retries": {"task": "operations.schedule_new_dead_letters", "schedule": 5.0},
     "operations-due-retries": {"task": "operations.start_due_retries", "schedule": 10.0},
-    "operations-archive-retention": {"task": "operations.delete_expired_archives", "schedule": 3600.0},
-    "deadletters-export-retention": {"task": "deadletters.delete_expired_exports", "schedule": 3600.0},
+    "operations-archive-retention": {
+        "task": "operations.delete_expired_archives",
+        "schedule": 3600.0,
+        "options": {"expires": 1800},
+    },
+    "deadletters-export-retention": {
+        "task": "deadletters.delete_expired_exports",
+        "schedule": 3600.0,
+        "options": {"expires": 1800},
+    },
 }
 # Export files written in the background are deleted this long after they were written.
 DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1)

@@ -3,6 +3,10 @@ never delays an alert evaluation, a notification or the operation sweeper."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from django.conf import settings
 
 from dlqconsole.celery import app
@@ -14,10 +18,13 @@ def queue_of(task_name: str) -> str:
     return str(route["queue"].name)
 
 
-def test_every_scheduled_task_goes_to_the_control_queue() -> None:
+def test_every_scheduled_task_but_bulk_deletion_goes_to_the_control_queue() -> None:
     scheduled = {str(entry["task"]) for entry in settings.CELERY_BEAT_SCHEDULE.values()}
-    assert scheduled  # the beat has work
-    assert {name: queue_of(name) for name in scheduled} == dict.fromkeys(scheduled, settings.DLQ_CONTROL_QUEUE)
+    bulk = {"operations.delete_expired_archives"}
+    assert bulk < scheduled
+    control = scheduled - bulk
+    assert {name: queue_of(name) for name in control} == dict.fromkeys(control, settings.DLQ_CONTROL_QUEUE)
+    assert queue_of("operations.delete_expired_archives") == settings.CELERY_TASK_DEFAULT_QUEUE
     assert queue_of("alerts.send_notification") == settings.DLQ_CONTROL_QUEUE
 
 
@@ -34,3 +41,17 @@ def test_a_worker_without_queue_options_consumes_both() -> None:
 def test_every_registered_control_task_exists() -> None:
     app.loader.import_default_modules()
     assert set(settings.CONTROL_TASKS) <= set(app.tasks)
+
+
+def test_an_empty_or_clashing_control_queue_setting() -> None:
+    """Empty means the default name; the same name as the default queue would undo the separation."""
+    script = "import django; django.setup(); from django.conf import settings; print(settings.DLQ_CONTROL_QUEUE)"
+    base = dict(os.environ, DJANGO_SETTINGS_MODULE="dlqconsole.settings", CELERY_TASK_DEFAULT_QUEUE="work")
+    empty = subprocess.run(
+        [sys.executable, "-c", script], env={**base, "DLQ_CONTROL_QUEUE": ""}, capture_output=True, text=True
+    )
+    assert empty.returncode == 0 and empty.stdout.strip() == "work.control"
+    clash = subprocess.run(
+        [sys.executable, "-c", script], env={**base, "DLQ_CONTROL_QUEUE": "work"}, capture_output=True, text=True
+    )
+    assert clash.returncode != 0 and "DLQ_CONTROL_QUEUE must differ" in clash.stderr

@@ -128,7 +128,8 @@ class Operation(models.Model):
     status = models.CharField(max_length=16, choices=OperationStatus.choices, default=OperationStatus.PLANNED)
     pause_reason = models.TextField(blank=True)
     # Paused by its own safeguards (canary, returns, circuit breaker, an error), not by a person: this alerts.
-    paused_automatically = models.BooleanField(default=False)
+    # db_default too: processes of the previous version, still running during a deploy, do not write it.
+    paused_automatically = models.BooleanField(default=False, db_default=False)
     last_error = models.TextField(blank=True)
 
     total = models.IntegerField(default=0)
