@@ -126,62 +126,20 @@ def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_reco
                 [sys.executable, MANAGE, "consume_dlq", "--queues", dead_letter_queue], env=env, stdout=log, stderr=log
             )
         )
+
+        def worker(name: str, queue: str, *options: str) -> subprocess.Popen[bytes]:
+            command = [sys.executable, "-m", "celery", "-A", "dlqconsole", "worker", "--loglevel", "WARNING"]
+            command += ["--without-gossip", "--without-mingle", "--hostname", f"{name}-{uuid.uuid4().hex[:8]}@%h"]
+            command += ["--queues", queue, *options]
+            return subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=settings.BASE_DIR)
+
+        # As deployed: the control tasks (with the beat) and the operations on workers of their own, so that long
+        # operations never hold up an evaluation or a notification.
+        schedule = str(tmp_path / "celerybeat-schedule")
         processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "dlqconsole",
-                    "worker",
-                    "--beat",
-                    "--concurrency",
-                    "2",
-                    "--loglevel",
-                    "WARNING",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--hostname",
-                    f"control-{uuid.uuid4().hex[:8]}@%h",
-                    "--queues",
-                    settings.DLQ_CONTROL_QUEUE,
-                    "--schedule",
-                    str(tmp_path / "celerybeat-schedule"),
-                ],
-                env=env,
-                stdout=log,
-                stderr=log,
-                cwd=settings.BASE_DIR,
-            )
+            worker("control", settings.DLQ_CONTROL_QUEUE, "--beat", "--concurrency", "2", "--schedule", schedule)
         )
-        # As deployed: operations and exports on a worker of their own, so they never hold up the control tasks.
-        processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "dlqconsole",
-                    "worker",
-                    "--concurrency",
-                    "1",
-                    "--loglevel",
-                    "WARNING",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--hostname",
-                    f"work-{uuid.uuid4().hex[:8]}@%h",
-                    "--queues",
-                    celery_queue,
-                ],
-                env=env,
-                stdout=log,
-                stderr=log,
-                cwd=settings.BASE_DIR,
-            )
-        )
+        processes.append(worker("work", celery_queue, "--concurrency", "1"))
     # The beat is running and the worker evaluates: an evaluation tick has finished.
     wait_until(
         lambda: EvaluationState.objects.filter(ticks__gte=1).exists(),
