@@ -17,6 +17,8 @@ class EditForm(forms.Form):
 
     body = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 16}))
     headers = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 10}))
+    # One token per editing session: sending twice (a double click, a reload) sends one copy.
+    submission = forms.RegexField(regex=r"^[0-9a-f]{32}$", widget=forms.HiddenInput)
 
     def clean_body(self) -> str:
         body = self.cleaned_data["body"].replace("\r\n", "\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from uuid import uuid4
 
 from django.contrib import messages
 from django.db import OperationalError
@@ -578,7 +579,7 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     original_body = body_as_text(bytes(dead_letter.body))
     original_headers = headers_as_json(dead_letter.headers)
     if request.method == "GET" or original_body is None:
-        form = EditForm(initial={"body": original_body or "", "headers": original_headers})
+        form = EditForm(initial={"body": original_body or "", "headers": original_headers, "submission": uuid4().hex})
     else:
         form = EditForm(request.POST)
     context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "form": form}
@@ -597,7 +598,11 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
     try:
         result = edit_and_retry(
-            dead_letter=dead_letter, body=body.encode("utf-8"), headers=jsonsafe.decode(headers), actor=request.user
+            dead_letter=dead_letter,
+            body=body.encode("utf-8"),
+            headers=jsonsafe.decode(headers),
+            actor=request.user,
+            submission=form.cleaned_data["submission"],
         )
     except OperationError as problem:
         form.add_error(None, str(problem))

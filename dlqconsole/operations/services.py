@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -415,36 +415,60 @@ def change_rate(*, operation: Operation, rate: str, actor: Actor) -> Operation:
     return operation
 
 
-def edit_and_retry(*, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor) -> Operation:
-    """Retry an edited copy of a dead letter. The original stays as it was; the copy links to it (edited_from)."""
+def edit_and_retry(
+    *, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor, submission: str = ""
+) -> Operation:
+    """Retry an edited copy of a dead letter. The original stays as it was; the copy links to it (edited_from).
+
+    `submission` names one editing session: the same one sent again (a double click, a reloaded form) returns the
+    operation of the first send instead of sending a second copy."""
     _check_role(actor, OperationKind.EDIT_RETRY)
     if not isinstance(headers, dict):
         raise OperationError("headers must be a table of names and values")
     now = timezone.now()
+    key = hashlib.sha256(f"edit:{dead_letter.pk}:{submission or uuid.uuid4().hex}".encode()).hexdigest()
+    # One transaction for the copy, its plan and its start: a second send of the same submission waits on the
+    # copy's dedupe key until the first commits, then finds its operation.
     with transaction.atomic():
-        original = DeadLetter.objects.get(pk=dead_letter.pk)
-        copy = DeadLetter.objects.get(pk=dead_letter.pk)
-        copy.pk = None
-        copy.dedupe_key = hashlib.sha256(f"edit:{original.pk}:{uuid.uuid4().hex}".encode()).hexdigest()
-        copy.body = bytes(body)
-        copy.body_size = len(body)
-        copy.headers = jsonsafe.encode({str(name): value for name, value in headers.items()})
-        copy.edited_from = original
-        copy.previous = None
-        copy.status = DeadLetterStatus.PARKED
-        copy.status_changed_at = now
-        copy.ingested_at = now
-        copy.next_retry_at = None
-        copy.retry_exhausted = False
-        copy.save(force_insert=True)
-        add_counts([(copy.source_queue, copy.pattern_id, copy.failure_reason, DeadLetterStatus.PARKED, 1)])
-        record_audit(
-            actor=actor,
-            action="deadletter.edit_retry",
-            target=f"deadletter:{original.pk}",
-            count=1,
-            detail=f"edited copy {copy.pk} of dead letter {original.pk}",
-        )
+        try:
+            with transaction.atomic():
+                return _edit_and_retry(
+                    dead_letter=dead_letter, body=body, headers=headers, actor=actor, key=key, now=now
+                )
+        except IntegrityError:
+            sent = OperationItem.objects.filter(dead_letter__dedupe_key=key).select_related("operation").first()
+            if sent is None:
+                raise
+            return sent.operation
+
+
+def _edit_and_retry(
+    *, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor, key: str, now: dt.datetime
+) -> Operation:
+    """Store the edited copy under `key`, plan and start its operation (in the caller's transaction)."""
+    original = DeadLetter.objects.get(pk=dead_letter.pk)
+    copy = DeadLetter.objects.get(pk=dead_letter.pk)
+    copy.pk = None
+    copy.dedupe_key = key
+    copy.body = bytes(body)
+    copy.body_size = len(body)
+    copy.headers = jsonsafe.encode({str(name): value for name, value in headers.items()})
+    copy.edited_from = original
+    copy.previous = None
+    copy.status = DeadLetterStatus.PARKED
+    copy.status_changed_at = now
+    copy.ingested_at = now
+    copy.next_retry_at = None
+    copy.retry_exhausted = False
+    copy.save(force_insert=True)
+    add_counts([(copy.source_queue, copy.pattern_id, copy.failure_reason, DeadLetterStatus.PARKED, 1)])
+    record_audit(
+        actor=actor,
+        action="deadletter.edit_retry",
+        target=f"deadletter:{original.pk}",
+        count=1,
+        detail=f"edited copy {copy.pk} of dead letter {original.pk}",
+    )
     operation = plan_operation(kind=OperationKind.EDIT_RETRY, filter={"ids": [copy.pk]}, actor=actor)
     return start_operation(operation=operation, actor=actor)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import threading
 from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection as db_connection
 from django.test import Client
 
 from dlqconsole.accounts.models import AuditEntry
@@ -15,7 +18,10 @@ from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.operations.models import Operation
+from dlqconsole.operations.services import edit_and_retry
 from tests.deadletters.page_world import ingest, letter
+
+SUBMISSION = "5" * 32
 
 pytestmark = [pytest.mark.django_db]
 
@@ -55,6 +61,8 @@ def test_edit_form_starts_from_the_payload_and_headers(operator: User) -> None:
 
     html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
 
+    assert re.search(r'name="submission" value="[0-9a-f]{32}"', html)
+
     assert "{&quot;order&quot;: 7, &quot;note&quot;: &quot;&lt;b&gt;x&lt;/b&gt;&quot;}" in html
     assert "&quot;tenant&quot;: &quot;acme&quot;" in html
     assert "x-death" not in html
@@ -66,7 +74,7 @@ def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
 
     response = client_for(operator).post(
         f"/messages/{stored.pk}/edit/",
-        {"body": '{"order": 8}', "headers": json.dumps(headers), "action": "preview"},
+        {"body": '{"order": 8}', "headers": json.dumps(headers), "action": "preview", "submission": SUBMISSION},
     )
 
     html = response.content.decode()
@@ -74,6 +82,7 @@ def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
     assert '<span class="del">-{&quot;order&quot;: 7}</span>' in html
     assert '<span class="add">+{&quot;order&quot;: 8}</span>' in html
     assert 'value="send"' in html
+    assert f'name="submission" value="{SUBMISSION}"' in html  # carried to the send
     assert DeadLetter.objects.count() == 1 and Operation.objects.count() == 0
 
 
@@ -95,16 +104,23 @@ def test_send_keeps_the_original_and_retries_a_linked_copy(
     (stored,) = ingest(letter(body=b'{"order": 7}', headers={"tenant": "acme"}))
     original_body = bytes(stored.body)
 
+    form = {
+        "body": '{"order": 8}',
+        "headers": '{"tenant": "globex", "fixed": true}',
+        "action": "send",
+        "submission": SUBMISSION,
+    }
     with django_capture_on_commit_callbacks(execute=True) as enqueued:
-        response = client_for(operator).post(
-            f"/messages/{stored.pk}/edit/",
-            {"body": '{"order": 8}', "headers": '{"tenant": "globex", "fixed": true}', "action": "send"},
-        )
+        response = client_for(operator).post(f"/messages/{stored.pk}/edit/", form)
+    # Sent again (a double click, a reloaded page): the same operation, no second copy.
+    with django_capture_on_commit_callbacks(execute=True) as enqueued_again:
+        again = client_for(operator).post(f"/messages/{stored.pk}/edit/", form)
 
     copy = DeadLetter.objects.get(edited_from=stored)
     operation = Operation.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/operations/{operation.pk}/"
     assert len(enqueued) == 1
+    assert again.status_code == 302 and again["Location"] == response["Location"] and enqueued_again == []
     stored.refresh_from_db()
     assert bytes(stored.body) == original_body
     assert bytes(copy.body) == b'{"order": 8}'
@@ -122,3 +138,37 @@ def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
     html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
 
     assert "not UTF-8 text" in html and "<textarea" not in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_edit_sent_twice_at_once_sends_one_copy(operator: User, celery_queue: str) -> None:
+    """Two requests with one submission token racing (a double click): the second waits for the first and
+    returns its operation."""
+    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    start = threading.Barrier(2)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            start.wait()
+            operation = edit_and_retry(
+                dead_letter=stored, body=b'{"order": 8}', headers={}, actor=operator, submission=SUBMISSION
+            )
+            results.append(operation.pk)
+        except BaseException as error:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(error)
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert len(results) == 2 and results[0] == results[1]
+    assert DeadLetter.objects.filter(edited_from=stored).count() == 1
+    assert Operation.objects.count() == 1
+    assert sum(DeadLetterCount.objects.values_list("count", flat=True)) == 2
