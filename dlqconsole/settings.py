@@ -203,6 +203,9 @@ DLQ_QUEUES = env_list("DLQ_QUEUES", [])
 DLQ_CONSUMER_PREFETCH = env_int("DLQ_CONSUMER_PREFETCH", 1000, minimum=1)
 DLQ_CONSUMER_BATCH_SIZE = env_int("DLQ_CONSUMER_BATCH_SIZE", 500, minimum=1)
 DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimum=0.0)
+# consume_dlq touches this file every few seconds while it runs (docker compose's health check reads its age);
+# empty to switch it off.
+DLQ_CONSUMER_HEARTBEAT_FILE = env_str("DLQ_CONSUMER_HEARTBEAT_FILE", str(VAR_DIR / "consume_dlq.alive"))
 # Consumer processes per consume_dlq (0: one per core, at most 4, on PostgreSQL; one on SQLite).
 DLQ_CONSUMER_PROCESSES = env_int("DLQ_CONSUMER_PROCESSES", 0, minimum=0)
 # Bodies larger than this are stored whole all the same (nothing is lost); the limit only marks them as large

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -59,6 +60,7 @@ from dlqconsole.ingest.services import IngestResult, ingest_batch
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
 # The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
 # Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
@@ -148,6 +150,7 @@ class DeadLetterConsumer:
         self.batch_started_at = 0.0
         self.last_activity = self.clock()
         self.next_refresh = 0.0
+        self.next_heartbeat = 0.0
         self.missing: set[str] = set()
         self.broker_backoff = Backoff(maximum=max_backoff)
         self.database_backoff = Backoff(maximum=max_backoff)
@@ -172,6 +175,7 @@ class DeadLetterConsumer:
 
     def step(self) -> None:
         """One round: be connected and consuming, take deliveries for a moment, write the batch when it is due."""
+        self.heartbeat()
         try:
             if self.connection is None or not self.connection.is_open:
                 self.connect()
@@ -495,10 +499,22 @@ class DeadLetterConsumer:
 
     # Helpers ----------------------------------------------------------------------------------------------------
 
+    def heartbeat(self) -> None:
+        """Touch DLQ_CONSUMER_HEARTBEAT_FILE every few seconds while the loop turns (also while it waits out an
+        outage): a container health check reads its age."""
+        if self.clock() < self.next_heartbeat or not settings.DLQ_CONSUMER_HEARTBEAT_FILE:
+            return
+        self.next_heartbeat = self.clock() + HEARTBEAT_SECONDS
+        try:
+            Path(settings.DLQ_CONSUMER_HEARTBEAT_FILE).touch()
+        except OSError as error:
+            log.debug("cannot touch the heartbeat file: %s", error)
+
     def sleep(self, seconds: float) -> None:
         """Wait, servicing the AMQP connection (heartbeats) if there is one; returns early on stop()."""
         deadline = self.clock() + seconds
         while not self.stopping:
+            self.heartbeat()
             remaining = deadline - self.clock()
             if remaining <= 0:
                 return

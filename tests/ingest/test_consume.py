@@ -4,10 +4,13 @@ clean stops, database failures, several consumers at once."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -306,3 +309,21 @@ def test_concurrent_batches_of_the_same_dead_letters_count_each_once(dead_letter
     assert FailurePattern.objects.count() == 37
     stat = IngestStat.objects.get(source_queue=dead_letter_queue.dlq)
     assert (stat.received, stat.inserted, stat.duplicates) == (150 + 200 + 250 + 300, 300, 600)
+
+
+def test_the_loop_touches_its_heartbeat_file(
+    make_consumer: Callable[..., DeadLetterConsumer], settings: Any, tmp_path: Path
+) -> None:
+    alive = tmp_path / "consume_dlq.alive"
+    settings.DLQ_CONSUMER_HEARTBEAT_FILE = str(alive)
+    now = [100.0]
+    consumer = make_consumer(queues=["unused"], clock=lambda: now[0])
+
+    consumer.heartbeat()
+    assert alive.exists()
+    os.utime(alive, (0, 0))
+    consumer.heartbeat()  # not due yet
+    assert alive.stat().st_mtime == 0
+    now[0] += 5
+    consumer.heartbeat()
+    assert time.time() - alive.stat().st_mtime < 60
