@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from dlqconsole.deadletters.fingerprint import tokenize
 from dlqconsole.deadletters.grouping.engine import Grouper
-from dlqconsole.deadletters.grouping.mining import generalize
+from dlqconsole.deadletters.grouping.mining import generalize, generalize_all
 
 
 def mined(*messages: str) -> dict[str, str]:
@@ -157,3 +157,115 @@ def test_a_fixed_word_after_a_wildcard_is_not_a_unit() -> None:
     )
 
     assert set(result.values()) == {"publish rejected: queue <*> full", "publish rejected: queue <*> paused"}
+
+
+def grouped(*messages: str) -> dict[str, str]:
+    """{message: its group's template}, the messages mined as one cluster of any token count."""
+    tokens = {message: tokenize(message) for message in messages}
+    general = generalize_all(tokens.values())
+    return {message: "".join(general[value]) for message, value in tokens.items()}
+
+
+def test_a_name_of_several_words_after_an_entity_noun_joins_a_one_word_name() -> None:
+    result = grouped("user bob not found", "user John Smith not found")
+
+    # The group's template is its shortest member: it never goes back to one it left as templates arrive.
+    assert set(result.values()) == {"user bob not found"}
+
+
+def test_names_of_several_words_join_the_generalised_one_word_names() -> None:
+    result = grouped("user bob not found", "user alice not found", "user John Smith not found")
+
+    assert set(result.values()) == {"user <*> not found"}
+
+
+def test_a_wildcard_slot_takes_a_value_of_several_words() -> None:
+    countries = ["Germany", "France", "Spain", "United Kingdom", "Bosnia and Herzegovina"]
+    result = grouped(*[f"no carrier for {country} today" for country in countries])
+
+    assert set(result.values()) == {"no carrier for <*> today"}
+
+
+def test_an_optional_detail_made_of_data_does_not_split_a_pattern() -> None:
+    result = grouped(
+        "upload finished, 1190 bytes (1.16 KB) written, 12 bytes (0.01 KB) skipped",
+        "upload finished, 1190 bytes (1.16 KB) written, 0 bytes skipped",
+        "upload finished, 7 bytes written, 5120 bytes (5.0 KB) skipped",
+        "upload finished, 0 bytes written, 0 bytes skipped",
+    )
+
+    assert set(result.values()) == {"upload finished, <NUM> bytes written, <NUM> bytes skipped"}
+
+
+def test_a_value_printed_as_different_data_of_one_length_is_one_value() -> None:
+    result = grouped("session closed after 00:01", "session closed after <1 sec")
+
+    assert len(set(result.values())) == 1
+
+
+def test_a_long_quoted_text_joins_a_short_one() -> None:
+    result = grouped(
+        'cannot render reminder: "Dear customer, your parcel is late again"', 'cannot render reminder: "hi"'
+    )
+
+    assert set(result.values()) == {'cannot render reminder: "hi"'}
+
+
+def test_an_extra_fixed_word_keeps_templates_apart() -> None:
+    result = grouped(
+        "cannot reach the ledger",
+        "cannot reach the ledger replica",
+        "retry 3 of 5 failed",
+        "retry 3 of 5 failed for good",
+        "connection to ledger refused",
+        "connection to ledger replica refused",
+    )
+
+    assert len(set(result.values())) == 6
+
+
+def test_enumeration_values_of_different_lengths_stay_apart() -> None:
+    result = grouped("cannot cancel order in state SHIPPED", "cannot cancel order in state PARTIALLY SHIPPED")
+
+    assert len(set(result.values())) == 2
+
+
+def test_a_key_after_data_is_not_its_unit() -> None:
+    result = grouped("login refused from host=10.0.0.1", "login refused from host=10.0.0.2 user=root")
+
+    assert len(set(result.values())) == 2
+
+
+def test_fixed_words_that_differ_in_one_token_count_stay_apart_when_another_length_links_them() -> None:
+    # "expired" and "stolen" are the failure; the longer template shares neither.
+    result = grouped(
+        "payment declined: card expired",
+        "payment declined: card stolen",
+        "payment declined: card reported stolen",
+    )
+
+    assert len(set(result.values())) == 3
+
+
+LENGTH_WORDS = ["alice", "bob", "van", "der", "Berg", "(3 KB)", "12", "found", "missing"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(LENGTH_WORDS), min_size=1, max_size=4).map(
+            lambda words: "user " + " ".join(words) + " not found"
+        ),
+        min_size=2,
+        max_size=12,
+        unique=True,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_merging_across_lengths_does_not_depend_on_the_order_of_the_templates(
+    messages: list[str], rng: random.Random
+) -> None:
+    shuffled = messages[:]
+    rng.shuffle(shuffled)
+
+    assert grouped(*messages) == grouped(*shuffled)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -210,3 +211,91 @@ def test_hostile_error_text_is_grouped_and_stored(ingest: Ingest) -> None:
     assert all(row.pattern_id for row in rows)
     assert "\x00" not in FailurePattern.objects.get(pk=rows[0].pattern_id).template
     assert_counts_exact()
+
+
+def test_a_longer_name_in_a_later_batch_joins_the_pattern_of_the_shorter_one(ingest: Ingest) -> None:
+    short = ingest("user bob not found", "user bob not found")
+    long = ingest("user John Smith not found")
+
+    pattern = FailurePattern.objects.active().get()
+    assert pattern.pk == short[0].pattern_id == long[0].pattern_id
+    assert pattern.template == "user bob not found"
+    assert pattern.total_count == 3
+    assert_counts_exact()
+
+
+def test_a_shorter_name_in_a_later_batch_absorbs_the_pattern_of_the_longer_one(ingest: Ingest) -> None:
+    long = ingest("user John Smith not found", "user John Smith not found")
+    short = ingest("user bob not found")
+
+    pattern = FailurePattern.objects.active().get()
+    assert pattern.template == "user bob not found"
+    assert pattern.total_count == 3
+    assert set(DeadLetter.objects.values_list("pattern_id", flat=True)) == {pattern.pk}
+    assert short[0].pattern_id == pattern.pk
+    absorbed = FailurePattern.objects.get(pk=long[0].pattern_id)
+    assert (absorbed.template, absorbed.merged_into_id) == ("user John Smith not found", pattern.pk)
+    assert pattern.events.filter(kind=PatternEvent.Kind.MERGED).exists()
+    assert_counts_exact()
+
+
+def test_an_optional_detail_arriving_later_is_filed_under_the_pattern_without_it(ingest: Ingest) -> None:
+    plain = ingest("upload finished, 0 bytes written", "upload finished, 12 bytes written")
+    detailed = ingest("upload finished, 1190 bytes (1.16 KB) written")
+
+    assert detailed[0].pattern_id == plain[0].pattern_id == plain[1].pattern_id
+    pattern = FailurePattern.objects.active().get()
+    assert pattern.template == "upload finished, <NUM> bytes written"
+    assert pattern.total_count == 3
+    assert_counts_exact()
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [
+            "user bob not found",
+            "user John Smith not found",
+            "user Jane van der Berg not found",
+            "user 'x y' not found",
+            "upload finished, 1190 bytes (1.16 KB) written",
+            "upload finished, 0 bytes written",
+            "cannot reach the ledger",
+            "cannot reach the ledger replica",
+            "cannot cancel order in state SHIPPED",
+            "cannot cancel order in state PARTIALLY SHIPPED",
+        ],
+        # Linked first through the quoted value, later through the wildcard its slot becomes: a group's
+        # template must never go back to one whose pattern was absorbed.
+        [
+            "invalid character 'T' looking for beginning of value",
+            "invalid character ''' looking for beginning of value",
+            "invalid character '<' looking for beginning of value",
+            "invalid character 'u' looking for beginning of value",
+            "invalid character 'ab cd' looking for beginning of value",
+        ],
+    ],
+)
+def test_merging_across_lengths_is_the_same_whatever_order_the_messages_arrive_in(
+    ingest: Ingest, messages: list[str]
+) -> None:
+    def run(order: list[str], batch: int) -> dict[str, tuple[str, str]]:
+        for start in range(0, len(order), batch):
+            ingest(*order[start : start + batch])
+        patterns = {pattern.pk: (pattern.key, pattern.template) for pattern in FailurePattern.objects.all()}
+        result = {row.error_message: patterns[row.pattern_id] for row in DeadLetter.objects.all()}
+        assert_counts_exact()
+        DeadLetterCount.objects.all().delete()
+        DeadLetter.objects.all().delete()
+        Fingerprint.objects.all().delete()
+        FailurePattern.objects.update(merged_into=None)
+        FailurePattern.objects.all().delete()
+        return result
+
+    expected = run(messages, batch=len(messages))
+    shuffled = random.Random(7)
+    for _ in range(12):
+        order = messages[:]
+        shuffled.shuffle(order)
+        for batch in (1, 2):
+            assert run(order, batch) == expected, (order, batch)

@@ -2,8 +2,8 @@
 
 `dlq fingerprint` and the benchmark use it; `store` uses its cluster and mining helpers. It files each message
 exactly as `assign_patterns` would once the same set of messages has been ingested: fingerprint, cluster by
-(error type, failure reason of the template, token count), mine each cluster's templates together, key each
-group by its generalised template.
+(error type, failure reason of the template, first word), mine each cluster's templates together (each token count,
+then across token counts), key each group by its generalised template.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlqconsole.deadletters.fingerprint import Fingerprint, fingerprint, pattern_key, split_error_type
-from dlqconsole.deadletters.grouping.mining import generalize
+from dlqconsole.deadletters.grouping.mining import anchor, generalize_all
 from dlqconsole.ingest.classify import classify
 
-ClusterKey = tuple[str, str, int]
+ClusterKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +35,12 @@ def cluster_of(found: Fingerprint, fallback_reason: str = "UNKNOWN") -> ClusterK
     if found.kind != "text":
         return None
     reason = classify(error_type=found.error_type, message=found.template)
-    return (found.error_type, str(reason or fallback_reason), len(found.tokens))
+    return (found.error_type, str(reason or fallback_reason), anchor(found.tokens))
 
 
 def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) -> dict[str, Pattern]:
     """{fingerprint key: pattern} for the fingerprints of one cluster ({key: tokens})."""
-    general = generalize(templates.values())
+    general = generalize_all(templates.values())
     result: dict[str, Pattern] = {}
     for key, tokens in templates.items():
         mined = general[tokens]

@@ -1,7 +1,9 @@
 """Template mining: find the variable words that masking could not recognise.
 
-Input: the distinct masked templates of one *cluster* (same error type, failure reason and token count).
-Output: for each template, the generalised template it belongs to (`user <*> not found`).
+Input: the distinct masked templates of one *cluster* (same error type, failure reason and first word, which
+mining never makes a variable). Output: for each template, the generalised template it belongs to
+(`user <*> not found`). `generalize` mines the templates of one token count; `generalize_all` mines each token
+count, then merges across them (see below).
 
 The result is a pure function of the *set* of templates: it does not depend on the order they arrived in, on
 how many messages each one had, or on which process saw them. That is what lets several consumer processes
@@ -20,11 +22,23 @@ agree with it on every other position and differ there ("user alice not found", 
 A slot that a sibling template already holds as a wildcard is variable, and a template matching a
 generalised one on all its fixed words joins it. Rounds repeat until nothing changes. A generalised template
 must keep at least as many fixed words as wildcards, so chains of merges cannot end in `<*> <*> <*>`.
+
+Across token counts, in the spirit of Spell's alignment but order-free: two templates that share all their tokens
+but one run at one place (a common prefix and suffix holding fixed words) are linked when that run is a value on
+both sides, never a fixed word of the message:
+- data printed two ways: masked values, wildcards, punctuation and a value's unit ("<NUM> bytes (<NUM> KB) sent" /
+  "<NUM> bytes sent"; also between templates of one length, "<NUM>:<NUM>" / "<<NUM> sec");
+- words next to a noun that names a kind of thing ("user John Smith not found" / "user bob not found"), or where
+  mining made the other template's run a variable, at most MAX_VALUE_TOKENS long;
+- a quoted text on both sides.
+Never after an enumeration's noun. Templates mined into one form are linked too, and each connected set is a
+group whose template is its shortest form (see `generalize_all`, which explains why no wildcards are added).
 """
 
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 
 WILDCARD = "<*>"
@@ -233,3 +247,220 @@ def generalize(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tu
             break
         current = {template: step[form] for template, form in current.items()}
     return current
+
+
+# Merging across token counts (see the module docstring). The longest run a value may take where the other side
+# holds words (a name, a wildcard's value).
+MAX_VALUE_TOKENS = 4
+# The longest run of data, punctuation or a quoted text that may differ.
+MAX_RUN_TOKENS = 12
+# Fixed words the two templates must share outside the run.
+MIN_SHARED_WORDS = 2
+QUOTES = "'\"`"
+
+
+def _is_punctuation(token: str) -> bool:
+    """A mark that holds no value: not a wildcard, and not a quoted value ("'<'" and "''" are values)."""
+    return not any(character.isalnum() for character in token) and not is_wildcard(token) and not _quoted((token,))
+
+
+def _loose(form: tuple[str, ...], start: int, end: int) -> bool:
+    """Whether form[start:end] holds only data: wildcards, masked values, punctuation and units of a value
+    ("(<NUM> KB)")."""
+    for position in range(start, end):
+        token = form[position]
+        if is_wildcard(token) or _is_data(token) or _is_punctuation(token):
+            continue
+        # A word right after masked data is its unit ("<NUM> KB"), unless it names a key ("<IP> user=root").
+        following = form[position + 1].strip() if position + 1 < len(form) else ""
+        if (
+            token.startswith(" ")
+            and token.strip().isalpha()
+            and _is_data(form[position - 1] if position > 0 else "")
+            and following not in {"=", ":"}
+        ):
+            continue
+        return False
+    return True
+
+
+def _holds_data(run: tuple[str, ...]) -> bool:
+    return any(is_wildcard(token) or _is_data(token) for token in run)
+
+
+def _is_value(run: tuple[str, ...]) -> bool:
+    """Words or data, no punctuation and no noun that names a kind of thing or an enumeration."""
+    for token in run:
+        word = _word(token)
+        if is_wildcard(token) or _is_data(token):
+            continue
+        if not word or not token.strip().replace("-", "").replace("_", "").replace(".", "").isalnum():
+            return False
+        if word in ENTITY_NOUNS or word in ENUM_NOUNS:
+            return False
+    return True
+
+
+def _quoted(run: tuple[str, ...]) -> bool:
+    text = "".join(run).strip()
+    return len(text) >= 2 and text[0] in QUOTES and text[-1] == text[0]
+
+
+def _run_is_value(
+    short: tuple[str, ...], long: tuple[str, ...], prefix: int, suffix: int, varying: tuple[bool, bool]
+) -> bool:
+    """Whether the runs short[prefix:len-suffix] and long[prefix:len-suffix] are one value printed two ways.
+    `varying` says, for each, whether mining made its whole run wildcards (a slot known to vary)."""
+    mine = short[prefix : len(short) - suffix]
+    theirs = long[prefix : len(long) - suffix]
+    if len(mine) > MAX_RUN_TOKENS or len(theirs) > MAX_RUN_TOKENS:
+        return False
+    for form in (short, long):
+        # The message's own first word is never part of a value.
+        first = _first_word(form)
+        if prefix <= first < len(form) - suffix:
+            return False
+    shared = short[:prefix] + short[len(short) - suffix :]
+    if sum(1 for token in shared if _word(token)) < MIN_SHARED_WORDS:
+        return False
+    if _loose(short, prefix, len(short) - suffix) and _loose(long, prefix, len(long) - suffix):
+        # Of equal lengths, the runs are data printed two ways ("<NUM>:<NUM>" / "<<NUM> sec"): mining compares
+        # one position at a time, so it cannot see a value that differs in several.
+        return len(short) != len(long) or (_holds_data(mine) and _holds_data(theirs))
+    if len(short) == len(long) or not mine:
+        return False
+    before = _before(short, prefix)
+    if before in ENUM_NOUNS:
+        # An enumeration's values are the failure ("state SHIPPED"), whatever their length.
+        return False
+    if _quoted(mine) and _quoted(theirs):
+        return True
+    if len(mine) > MAX_VALUE_TOKENS or len(theirs) > MAX_VALUE_TOKENS:
+        return False
+    if (varying[0] and (_is_value(theirs) or _quoted(theirs))) or (varying[1] and (_is_value(mine) or _quoted(mine))):
+        # A slot already known to vary takes a value of any length.
+        return True
+    after = _word(short[len(short) - suffix]) if suffix else ""
+    return (before in ENTITY_NOUNS or after in ENTITY_NOUNS) and _is_value(mine) and _is_value(theirs)
+
+
+def _linked(first: tuple[str, ...], second: tuple[str, ...], forms: dict[tuple[str, ...], tuple[str, ...]]) -> bool:
+    """Whether two templates differ in one run that holds a value on both sides (see the module docstring)."""
+    short, long = (first, second) if len(first) <= len(second) else (second, first)
+    if len(long) - len(short) > MAX_RUN_TOKENS:
+        return False
+    limit = len(short)
+    prefix = 0
+    while prefix < limit and short[prefix] == long[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and short[-1 - suffix] == long[-1 - suffix]:
+        suffix += 1
+    varying = (
+        all(is_wildcard(token) for token in forms[short][prefix : len(short) - suffix]),
+        all(is_wildcard(token) for token in forms[long][prefix : len(long) - suffix]),
+    )
+    return _run_is_value(short, long, prefix, suffix, varying)
+
+
+def _same_remainder(templates: list[tuple[str, ...]]) -> Iterable[list[tuple[int, bool]]]:
+    """Sets of templates that are equal once one run of at most MAX_RUN_TOKENS is cut out of each, with the
+    rest holding MIN_SHARED_WORDS words: the only pairs that can be one run apart. Yields [(index, whether the
+    cut run holds data)], so comparing pairs costs what the candidates cost, not the square of the cluster.
+    Remainders are compared by hash: a collision only adds a pair that `_linked` turns down."""
+    buckets: dict[tuple[int, int, int, int], list[tuple[int, bool]]] = defaultdict(list)
+    # Templates of one length are linked only through runs that hold data.
+    one_length = len({len(template) for template in templates}) == 1
+    for index, template in enumerate(templates):
+        length = len(template)
+        # Chained hashes of every prefix and every suffix, each from the one before.
+        heads = [0]
+        words = [0]
+        data = [0]
+        for token in template:
+            heads.append(hash((heads[-1], token)))
+            words.append(words[-1] + (1 if token.lstrip()[:1].isalpha() else 0))
+            data.append(data[-1] + (1 if ">" in token else 0))
+        tails = [0]
+        for token in reversed(template):
+            tails.append(hash((tails[-1], token)))
+        tails.reverse()
+        first = _first_word(template)
+        for start in range(length + 1):
+            # The run never holds the first word, and the longer it is the fewer words are left outside it.
+            last = min(length, start + MAX_RUN_TOKENS, first if start <= first else length)
+            for end in range(start, last + 1):
+                if words[start] + words[length] - words[end] < MIN_SHARED_WORDS:
+                    break
+                holds_data = data[end] > data[start]
+                if holds_data or not one_length:
+                    buckets[(heads[start], tails[end], start, length - end)].append((index, holds_data))
+    return (members for members in buckets.values() if len(members) > 1)
+
+
+def _order(form: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
+    """Fewest tokens, then most wildcards, then the smallest: the order a group's template is chosen in."""
+    return (len(form), -sum(map(is_wildcard, form)), form)
+
+
+def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Map every template (of any length) to its group's template.
+
+    Each token count is mined on its own (`generalize`). Then templates are linked: those mined into one form, and
+    pairs one run of values apart (a property of the two templates alone, or of a slot their mining made a
+    variable). Each connected set is a group, and its template is its first form in `_order`. Groups only grow
+    as templates arrive and their first form only moves down the order, so a template that stops being a group's
+    template never becomes one again: the store can absorb its pattern for good. Putting wildcards where the
+    group's forms differ would read better but breaks that (a template can lose and regain a wildcard as the
+    forms it is linked through generalise), so a group of "user bob not found" and "user John Smith not found"
+    is shown as the first; "user <*> not found" comes from mining once two one-word names are in.
+    """
+    by_length: dict[int, set[tuple[str, ...]]] = defaultdict(set)
+    for template in templates:
+        by_length[len(template)].add(template)
+    forms: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for length in sorted(by_length):
+        forms.update(generalize(by_length[length]))
+    ordered = sorted(forms)
+    if len(ordered) < 2:
+        return forms
+    parent = list(range(len(ordered)))
+
+    def root(index: int) -> int:
+        while parent[index] != index:
+            parent[index] = parent[parent[index]]
+            index = parent[index]
+        return index
+
+    first_of_form: dict[tuple[str, ...], int] = {}
+    for index, template in enumerate(ordered):
+        other = first_of_form.setdefault(forms[template], index)
+        parent[root(index)] = root(other)
+    if len({root(index) for index in range(len(ordered))}) < 2:
+        return forms
+    checked: set[tuple[int, int]] = set()
+    for members in _same_remainder(ordered):
+        for position, (left, left_data) in enumerate(members):
+            for right, right_data in members[position + 1 :]:
+                if root(left) == root(right) or (left, right) in checked:
+                    continue
+                if len(ordered[left]) == len(ordered[right]) and not (left_data and right_data):
+                    continue
+                checked.add((left, right))
+                if _linked(ordered[left], ordered[right], forms):
+                    parent[root(right)] = root(left)
+    heads: dict[int, tuple[str, ...]] = {}
+    for index, template in enumerate(ordered):
+        group = root(index)
+        form = forms[template]
+        if group not in heads or _order(form) < _order(heads[group]):
+            heads[group] = form
+    return {template: heads[root(index)] for index, template in enumerate(ordered)}
+
+
+def anchor(tokens: tuple[str, ...]) -> str:
+    """The message's first word, which mining never makes a variable: templates that can group share it."""
+    for token in tokens:
+        if token.lstrip()[:1].isalpha():
+            return token.strip()
+    return ""

@@ -3,7 +3,9 @@
 What is decided once is stored: a Fingerprint row says which pattern a fingerprint's dead letters go to, so
 the common case (a fingerprint seen before) costs one indexed read per batch for all its letters. Only a new
 fingerprint of a text cluster costs more: the consumer locks the cluster row, reads the cluster's fingerprints,
-mines them together with the new ones (`mining.generalize`, a pure function of the set) and stores the result.
+mines them together with the new ones (`mining.generalize_all`, a pure function of the set) and stores the result.
+A cluster is one error type, one failure reason and one first word, whatever the token count, so the merges across
+token counts are decided under the same lock as the others.
 Because the lock serialises the deciders and each one decides from the whole committed set, the patterns end
 up the same however many consumers there are and in whatever order the messages came; a pattern whose
 template generalises is absorbed into the new one (merged_into), so it records what it absorbed.
@@ -67,7 +69,7 @@ def file_fingerprints(
     known = _existing(sorted(candidates))
     new = [candidates[key] for key in sorted(candidates) if key not in known]
     if new:
-        clusters: dict[tuple[str, str, int], list[Candidate]] = defaultdict(list)
+        clusters: dict[tuple[str, str, str], list[Candidate]] = defaultdict(list)
         singles: list[Candidate] = []
         for candidate in new:
             cluster = cluster_of(candidate.found, candidate.reason)
@@ -136,20 +138,20 @@ def resolve(pattern_ids: Iterable[int]) -> dict[int, int]:
     return result
 
 
-def cluster_key(error_type: str, reason: str, token_count: int) -> str:
-    return hashlib.sha1(f"{error_type}\x00{reason}\x00{token_count}".encode(), usedforsecurity=False).hexdigest()
+def cluster_key(error_type: str, reason: str, anchor: str) -> str:
+    # "word" sets these keys apart from those of clusters keyed by token count, which grouping no longer adds to.
+    return hashlib.sha1(f"{error_type}\x00{reason}\x00word\x00{anchor}".encode(), usedforsecurity=False).hexdigest()
 
 
-def _lock_clusters(clusters: Iterable[tuple[str, str, int]], *, now: dt.datetime) -> dict[tuple[str, str, int], int]:
+def _lock_clusters(clusters: Iterable[tuple[str, str, str]], *, now: dt.datetime) -> dict[tuple[str, str, str], int]:
     """Create the cluster rows that are missing and lock them all, in key order (so two consumers that need
     the same clusters cannot deadlock). Returns {cluster: id}."""
     by_key = {cluster_key(*cluster): cluster for cluster in clusters}
     PatternCluster.objects.bulk_create(
         [
-            PatternCluster(
-                key=key, error_type=error_type[:255], failure_reason=reason, token_count=count, created_at=now
-            )
-            for key, (error_type, reason, count) in sorted(by_key.items())
+            # A cluster holds every token count (mining merges across them): token_count 0 says so.
+            PatternCluster(key=key, error_type=error_type[:255], failure_reason=reason, token_count=0, created_at=now)
+            for key, (error_type, reason, _) in sorted(by_key.items())
         ],
         ignore_conflicts=True,
     )
@@ -223,7 +225,7 @@ def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
     )
 
 
-def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now: dt.datetime) -> None:
+def _file_clusters(clusters: dict[tuple[str, str, str], list[Candidate]], *, now: dt.datetime) -> None:
     """New text fingerprints: lock their clusters, mine each with everything already in it, store the groups.
     A constant number of queries for the whole batch, whatever the number of clusters."""
     cluster_ids = _lock_clusters(clusters, now=now)
@@ -307,8 +309,8 @@ def _file_clusters(clusters: dict[tuple[str, str, int], list[Candidate]], *, now
 
 
 def _quick_filing(
-    clusters: dict[tuple[str, str, int], list[Candidate]], cluster_ids: dict[tuple[str, str, int], int]
-) -> dict[tuple[str, str, int], tuple[dict[str, Candidate], dict[str, int]]]:
+    clusters: dict[tuple[str, str, str], list[Candidate]], cluster_ids: dict[tuple[str, str, str], int]
+) -> dict[tuple[str, str, str], tuple[dict[str, Candidate], dict[str, int]]]:
     """For large clusters: when every new fingerprint fits a generalised template the cluster already has, file
     it there without mining the whole cluster again ({cluster: (fresh candidates, {key: group pattern id})}).
 
@@ -332,7 +334,7 @@ def _quick_filing(
         tokens = tuple(group_tokens.get(pattern_id) or ())
         if tokens and any(is_wildcard(token) for token in tokens):
             groups[cluster_id].append((tokens, pattern_id))
-    result: dict[tuple[str, str, int], tuple[dict[str, Candidate], dict[str, int]]] = {}
+    result: dict[tuple[str, str, str], tuple[dict[str, Candidate], dict[str, int]]] = {}
     for cluster, candidates in clusters.items():
         # Most wildcards first, then by template: the same choice in every process.
         choices = sorted(groups[cluster_ids[cluster]], key=lambda item: (-sum(map(is_wildcard, item[0])), item[0]))
