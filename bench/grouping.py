@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/grouping.py                 # accuracy, group F1 and messages/s, per split
     .venv/bin/python bench/grouping.py --show-errors   # also list the train causes that were grouped wrongly
+    .venv/bin/python bench/grouping.py --loghub DIR    # instead: grouping accuracy on the Loghub 2k samples in DIR
 
 Grouping accuracy: the share of messages whose pattern holds exactly the messages of their true cause.
 Group F1: a predicted group is right when it equals a true group; precision is the share of predicted groups
@@ -12,11 +13,19 @@ for the whole corpus in one process, CPU time of the best of several runs. No da
 `assign_patterns` adds a few queries per batch on top of this.
 
 Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes.
+
+`--loghub DIR` measures the same on public system logs instead of the corpus: the Loghub 2k samples
+(https://github.com/logpai/loghub, labelled by the loghub project; not part of this repository, download them
+yourself). It reads every `DIR/<Name>/<Name>_2k.log_structured.csv` (the layout of the loghub repository; columns
+`Content` and `EventId`), groups each dataset's Content lines on their own through `group_lines`, the code path of
+`dlq fingerprint`, with EventId as the true cause, and prints grouping accuracy (GA) and group F1 per dataset and
+their mean. These logs are not dead-letter errors: they show how grouping copes with text it was not written for.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -33,7 +42,7 @@ import django  # noqa: E402
 django.setup()
 
 from dlqconsole.deadletters.fingerprint import clear_caches, split_error_type  # noqa: E402
-from dlqconsole.deadletters.grouping.engine import Grouper  # noqa: E402
+from dlqconsole.deadletters.grouping.engine import Grouper, group_lines  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "error_corpus.jsonl"
 
@@ -113,12 +122,54 @@ def speed(rows: list[dict[str, str]], rounds: int) -> float:
     return len(rows) / best
 
 
+def loghub(directory: Path) -> dict[str, dict[str, float]]:
+    """{dataset name: scores} for every `<Name>/<Name>_2k.log_structured.csv` under `directory`, by name."""
+    results: dict[str, dict[str, float]] = {}
+    for path in sorted(directory.glob("*/*_2k.log_structured.csv")):
+        name = path.parent.name
+        if path.name != f"{name}_2k.log_structured.csv":
+            continue
+        with path.open(encoding="utf-8", newline="") as lines:
+            rows = [(row["EventId"], row["Content"]) for row in csv.DictReader(lines)]
+        if not rows:
+            continue
+        clear_caches()
+        predicted = [pattern.key for pattern in group_lines([content for _, content in rows])]
+        results[name] = score([event for event, _ in rows], predicted)
+    return results
+
+
+def print_loghub(results: dict[str, dict[str, float]]) -> None:
+    if not results:
+        print("no <Name>/<Name>_2k.log_structured.csv found")
+        return
+    for name, numbers in results.items():
+        print(
+            f"{name:<12} lines={numbers['messages']:<5} events={numbers['causes']:<4} "
+            f"groups={numbers['patterns']:<4} GA={numbers['accuracy']:.3f} F1={numbers['group_f1']:.3f}"
+        )
+    accuracy = sum(numbers["accuracy"] for numbers in results.values()) / len(results)
+    f1 = sum(numbers["group_f1"] for numbers in results.values()) / len(results)
+    print(f"{'mean':<12} datasets={len(results)} GA={accuracy:.3f} F1={f1:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--show-errors", action="store_true", help="List wrongly grouped train causes.")
     parser.add_argument("--rounds", type=int, default=5, help="Timing runs (the best one counts).")
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
+    parser.add_argument(
+        "--loghub", type=Path, metavar="DIR", help="Score the Loghub 2k samples under DIR instead of the corpus."
+    )
     options = parser.parse_args()
+
+    if options.loghub is not None:
+        by_dataset = loghub(options.loghub)
+        if options.json:
+            print(json.dumps(by_dataset, indent=2))
+        else:
+            print_loghub(by_dataset)
+        return
 
     rows = load()
     results: dict[str, dict[str, float]] = {}

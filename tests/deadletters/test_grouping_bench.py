@@ -1,0 +1,43 @@
+"""bench/grouping.py --loghub: scores the Loghub 2k samples of a folder through the code path of `dlq fingerprint`."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from bench.grouping import loghub
+
+
+def write_dataset(directory: Path, name: str, rows: list[tuple[str, str]]) -> None:
+    folder = directory / name
+    folder.mkdir()
+    with (folder / f"{name}_2k.log_structured.csv").open("w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["LineId", "Date", "Content", "EventId", "EventTemplate"])
+        for number, (event, content) in enumerate(rows, 1):
+            writer.writerow([number, "2026-01-01", content, event, ""])
+
+
+def test_loghub_scores_each_dataset_by_its_event_ids(tmp_path: Path) -> None:
+    write_dataset(
+        tmp_path,
+        "Shop",
+        [
+            ("E1", "user bob not found"),
+            ("E1", "user John Smith not found"),
+            ("E2", "upload finished, 0 bytes written"),
+            ("E2", "upload finished, 1190 bytes (1.16 KB) written"),
+        ],
+    )
+    write_dataset(tmp_path, "Pay", [("E1", "payment declined: card expired"), ("E1", "payment declined: card stolen")])
+    (tmp_path / "Other").mkdir()
+    (tmp_path / "Other" / "notes_2k.log_structured.csv").write_text("Content,EventId\nx,E1\n", encoding="utf-8")
+
+    results = loghub(tmp_path)
+
+    assert list(results) == ["Pay", "Shop"]
+    assert results["Shop"]["accuracy"] == 1.0
+    assert results["Shop"]["group_f1"] == 1.0
+    # Two fixed words that differ stay apart: one true event split in two groups.
+    assert results["Pay"]["accuracy"] == 0.0
+    assert results["Pay"]["patterns"] == 2
