@@ -385,16 +385,20 @@ def _same_remainder(templates: list[tuple[str, ...]]) -> Iterable[list[tuple[int
         for token in reversed(template):
             tails.append(hash((tails[-1], token)))
         tails.reverse()
+        if one_length and not data[length]:
+            continue
         first = _first_word(template)
         for start in range(length + 1):
             # The run never holds the first word, and the longer it is the fewer words are left outside it.
             last = min(length, start + MAX_RUN_TOKENS, first if start <= first else length)
+            most = words[start] + words[length] - MIN_SHARED_WORDS
+            head = heads[start]
             for end in range(start, last + 1):
-                if words[start] + words[length] - words[end] < MIN_SHARED_WORDS:
+                if words[end] > most:
                     break
                 holds_data = data[end] > data[start]
                 if holds_data or not one_length:
-                    buckets[(heads[start], tails[end], start, length - end)].append((index, holds_data))
+                    buckets[(head, tails[end], start, length - end)].append((index, holds_data))
     return (members for members in buckets.values() if len(members) > 1)
 
 
