@@ -93,6 +93,10 @@ def test_operator_acknowledges_from_the_list_and_gets_the_row(
     assert firing_alert.status == AlertStatus.ACKNOWLEDGED
     assert firing_alert.acknowledged_by == operator
     assert AuditEntry.objects.filter(action="alerts.alert.acknowledge", actor=operator).count() == 1
+    # The confirmation comes with the row, swapped into the page's flash list out of band, and is not shown
+    # again, stale, on the next page.
+    assert '<div id="flash" hx-swap-oob="true"><ul class="flash"><li class="flash-success">Acknowledged' in body
+    assert "no more reminders" not in client.get(reverse("alerts:list")).content.decode()
 
 
 def test_acknowledge_without_javascript_redirects_back(client: Client, operator: User, firing_alert: Alert) -> None:

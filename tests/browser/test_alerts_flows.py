@@ -53,6 +53,12 @@ def test_operator_sees_a_firing_alert_and_acknowledges_it(page: Page, operator: 
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text(f"by {operator.username}")
     alert.refresh_from_db()
     assert alert.status == AlertStatus.ACKNOWLEDGED and alert.acknowledged_by == operator
+    page.goto(f"/alerts/{alert.pk}/")
+    expect(page.locator("h1")).to_contain_text("payments.dlq")
+    screenshot(page, "alert")
+    page.goto("/alerts/queues/")
+    expect(page.locator("h1")).to_have_text("Watched queues")
+    screenshot(page, "watched-queues")
     assert not watched.page_errors
 
 
@@ -71,6 +77,9 @@ def test_admin_adds_a_webhook_channel_and_sends_it_a_test(
     page.goto("/alerts/rules/")
     expect(page.locator("body")).to_contain_text("Dead letters waiting")
     screenshot(page, "alert-rules")
+    page.goto("/alerts/rules/new/")
+    expect(page.locator("h1")).to_have_text("New alert rule")
+    screenshot(page, "alert-rule-form")
     page.goto("/alerts/channels/new/")
     page.fill("#id_name", "on-call <hook>")
     page.select_option("#id_kind", "webhook")
