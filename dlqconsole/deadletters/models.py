@@ -271,19 +271,20 @@ class PatternEvent(models.Model):
 
 class PatternCluster(models.Model):
     """The fingerprints that template mining compares with one another: one error type, one failure reason, one
-    token count. Its row is the lock a consumer holds while it decides the cluster's grouping, so concurrent
-    consumers decide one after the other, each from everything the others committed."""
+    first word (mining never makes the first word a variable; templates of every length are compared, so one
+    cluster holds them all). Its row is the lock a consumer holds while it decides the cluster's grouping, so
+    concurrent consumers decide one after the other, each from everything the others committed."""
 
     key = models.CharField(max_length=64, unique=True)
     error_type = models.CharField(max_length=255, blank=True)
     failure_reason = models.CharField(max_length=32, choices=FailureReason.choices)
-    token_count = models.IntegerField()
+    anchor = models.CharField(max_length=255, blank=True, help_text="The first word of its messages.")
     # How many fingerprints it holds (kept by ingest under the cluster lock): large clusters take a quicker path.
     size = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
-        return f"{self.error_type or '(no type)'} / {self.failure_reason} / {self.token_count} tokens"
+        return f"{self.error_type or '(no type)'} / {self.failure_reason} / “{self.anchor}”"
 
 
 class FingerprintKind(models.TextChoices):

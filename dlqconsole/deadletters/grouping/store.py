@@ -149,9 +149,10 @@ def _lock_clusters(clusters: Iterable[tuple[str, str, str]], *, now: dt.datetime
     by_key = {cluster_key(*cluster): cluster for cluster in clusters}
     PatternCluster.objects.bulk_create(
         [
-            # A cluster holds every token count (mining merges across them): token_count 0 says so.
-            PatternCluster(key=key, error_type=error_type[:255], failure_reason=reason, token_count=0, created_at=now)
-            for key, (error_type, reason, _) in sorted(by_key.items())
+            PatternCluster(
+                key=key, error_type=error_type[:255], failure_reason=reason, anchor=anchor[:255], created_at=now
+            )
+            for key, (error_type, reason, anchor) in sorted(by_key.items())
         ],
         ignore_conflicts=True,
     )
