@@ -87,6 +87,8 @@ def page(browser: Browser, live_server: Any, watched: Watched) -> Iterator[Page]
     opened.set_default_timeout(15000)
     yield opened
     context.close()
+    # Every page works under the Content Security Policy: nothing the console serves is refused.
+    assert [error for error in watched.console_errors if "Content Security Policy" in error] == []
 
 
 def log_in(page: Page, user: User) -> None:

@@ -1,0 +1,12 @@
+// Small behaviours of forms, without inline script (the Content Security Policy allows none):
+// - a form with data-confirm asks before it is sent;
+// - a form with data-autosubmit is sent when one of its selects changes (htmx then swaps the results).
+document.addEventListener("submit", function (event) {
+  var message = event.target.dataset && event.target.dataset.confirm;
+  if (message && !window.confirm(message)) event.preventDefault();
+});
+document.addEventListener("change", function (event) {
+  var field = event.target;
+  if (field.tagName !== "SELECT" || !field.form || !("autosubmit" in field.form.dataset)) return;
+  field.form.requestSubmit();
+});
