@@ -24,6 +24,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, ViewportS
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
+from tests.alerts.conftest import receiver  # noqa: F401  (the webhook receiver fixture, for the alert flows)
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SCREENSHOTS = BASE_DIR / "var" / "artifacts" / "screenshots"

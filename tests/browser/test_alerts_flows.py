@@ -4,7 +4,7 @@ and sends it a test that a real worker delivers to a real HTTP receiver."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -20,13 +20,6 @@ from tests.browser.conftest import Watched, log_in, screenshot
 from tests.deadletters.page_world import ingest, letter
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -132,6 +132,22 @@ def test_an_operator_merge_sticks_when_the_merged_pattern_later_generalises(inge
     assert_counts_exact()
 
 
+def grouped(ingest: Ingest, order: list[str], batch: int) -> dict[str, tuple[str, str]]:
+    """Ingest the messages in this order and these batch sizes; {message: (pattern key, template)}. Leaves the
+    database without dead letters or patterns for the next run."""
+    for start in range(0, len(order), batch):
+        ingest(*order[start : start + batch])
+    patterns = {pattern.pk: (pattern.key, pattern.template) for pattern in FailurePattern.objects.all()}
+    result = {row.error_message: patterns[row.pattern_id] for row in DeadLetter.objects.all()}
+    assert_counts_exact()
+    DeadLetterCount.objects.all().delete()
+    DeadLetter.objects.all().delete()
+    Fingerprint.objects.all().delete()
+    FailurePattern.objects.update(merged_into=None)
+    FailurePattern.objects.all().delete()
+    return result
+
+
 def test_grouping_is_the_same_whatever_order_the_messages_arrive_in(ingest: Ingest) -> None:
     messages = [
         "user alice not found",
@@ -144,21 +160,9 @@ def test_grouping_is_the_same_whatever_order_the_messages_arrive_in(ingest: Inge
         "publish rejected: queue orders-eu paused",
     ]
 
-    def run(order: list[str], batch: int) -> dict[str, tuple[str, str]]:
-        for start in range(0, len(order), batch):
-            ingest(*order[start : start + batch])
-        patterns = {pattern.pk: (pattern.key, pattern.template) for pattern in FailurePattern.objects.all()}
-        result = {row.error_message: patterns[row.pattern_id] for row in DeadLetter.objects.all()}
-        DeadLetterCount.objects.all().delete()
-        DeadLetter.objects.all().delete()
-        Fingerprint.objects.all().delete()
-        FailurePattern.objects.update(merged_into=None)
-        FailurePattern.objects.all().delete()
-        return result
-
-    one_batch = run(messages, batch=len(messages))
-    one_by_one = run(messages, batch=1)
-    reversed_pairs = run(list(reversed(messages)), batch=2)
+    one_batch = grouped(ingest, messages, batch=len(messages))
+    one_by_one = grouped(ingest, messages, batch=1)
+    reversed_pairs = grouped(ingest, list(reversed(messages)), batch=2)
 
     assert one_batch == one_by_one == reversed_pairs
     assert len(set(one_batch.values())) == 4
@@ -279,23 +283,10 @@ def test_an_optional_detail_arriving_later_is_filed_under_the_pattern_without_it
 def test_merging_across_lengths_is_the_same_whatever_order_the_messages_arrive_in(
     ingest: Ingest, messages: list[str]
 ) -> None:
-    def run(order: list[str], batch: int) -> dict[str, tuple[str, str]]:
-        for start in range(0, len(order), batch):
-            ingest(*order[start : start + batch])
-        patterns = {pattern.pk: (pattern.key, pattern.template) for pattern in FailurePattern.objects.all()}
-        result = {row.error_message: patterns[row.pattern_id] for row in DeadLetter.objects.all()}
-        assert_counts_exact()
-        DeadLetterCount.objects.all().delete()
-        DeadLetter.objects.all().delete()
-        Fingerprint.objects.all().delete()
-        FailurePattern.objects.update(merged_into=None)
-        FailurePattern.objects.all().delete()
-        return result
-
-    expected = run(messages, batch=len(messages))
+    expected = grouped(ingest, messages, batch=len(messages))
     shuffled = random.Random(7)
     for _ in range(12):
         order = messages[:]
         shuffled.shuffle(order)
         for batch in (1, 2):
-            assert run(order, batch) == expected, (order, batch)
+            assert grouped(ingest, order, batch) == expected, (order, batch)
