@@ -515,9 +515,10 @@ def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         set_pattern_status(pattern=pattern, status=status, actor=request.user)
     except PatternError as problem:
-        if request.htmx:
-            return HttpResponse(str(problem), status=400, content_type="text/plain; charset=utf-8")
         messages.error(request, str(problem))
+        if request.htmx:
+            # The row as it is; the error travels with it into the page's flash list.
+            return _pattern_fragment(request, pattern, back_url=back_url, fragment=request.POST.get("fragment", "row"))
         return redirect(back_url)
     pattern.refresh_from_db()
     if request.htmx:

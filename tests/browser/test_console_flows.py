@@ -235,3 +235,21 @@ def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -
 
     expect(page.locator("#panels")).to_contain_text("payments.dlq")
     assert page.evaluate("window.__sameDocument") is True
+
+
+def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched: Watched) -> None:
+    """htmx swaps the 409 fragment that explains a refused control (it swaps only 2xx replies by default)."""
+    from dlqconsole.operations.services import plan_operation
+
+    (stored,) = ingest(letter(queue="payments"))
+    operation = plan_operation(kind="retry", filter={"queue": [stored.source_queue]}, actor=operator)
+
+    log_in(page, operator)
+    page.goto(f"/operations/{operation.pk}/")
+    page.evaluate("window.__sameDocument = true")
+    page.fill(f"#rate-{operation.pk}", "bogus")
+    page.get_by_role("button", name="Set rate").click()
+
+    expect(page.locator("#progress .error-box")).to_contain_text("bogus")
+    assert page.evaluate("window.__sameDocument") is True
+    assert not watched.page_errors
