@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Count, OuterRef, Q, Subquery, Sum
+from django.db.models import Case, Count, OuterRef, Q, Subquery, Sum, Value, When
 from django.utils import timezone
 
 from dlqconsole.deadletters.filters import DeadLetterFilter
@@ -389,14 +389,24 @@ def backpressure() -> list[Backpressure]:
     return found
 
 
-def firing_alerts(*, limit: int = 20) -> list[Any]:
-    """Alerts firing or acknowledged now, the most severe and newest first."""
+def firing_alerts(*, limit: int = 8) -> tuple[list[Any], int]:
+    """(The alerts firing or acknowledged now that matter most: not yet acknowledged, then the most severe, then
+    the newest; how many there are in all). The dashboard shows a few and links to the rest: an alert storm must
+    not push everything else off the page."""
     from dlqconsole.alerts.models import Alert
 
-    alerts = list(Alert.objects.active().select_related("rule").order_by("-started_at", "-id")[:limit])
-    rank = {"emergency": 0, "critical": 1, "warning": 2, "info": 3}
-    alerts.sort(key=lambda alert: rank.get(alert.severity, len(rank)))
-    return alerts
+    active = Alert.objects.active()
+    severity = Case(
+        *(When(severity=name, then=Value(rank)) for rank, name in enumerate(("emergency", "critical", "warning"))),
+        default=Value(3),
+    )
+    acknowledged = Case(When(status="acknowledged", then=Value(1)), default=Value(0))
+    alerts = list(
+        active.select_related("rule")
+        .annotate(acknowledged_rank=acknowledged, severity_rank=severity)
+        .order_by("acknowledged_rank", "severity_rank", "-started_at", "-id")[:limit]
+    )
+    return alerts, active.count() if len(alerts) == limit else len(alerts)
 
 
 def running_operations(*, limit: int = 20) -> list[Any]:

@@ -96,6 +96,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12, bounds=hour_bounds)
     oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
     newest = [queue.newest_at for queue in queues if queue.newest_at]
+    alerts, alerts_total = selectors.firing_alerts()
     context = {
         "now": now,
         "queues": queues,
@@ -109,7 +110,8 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "hour_total": sum(count for _, count in hour),
         "top_patterns": selectors.top_patterns(limit=10, now=now, bounds=day_bounds),
         "backpressure": selectors.backpressure(),
-        "alerts": selectors.firing_alerts(),
+        "alerts": alerts,
+        "alerts_total": alerts_total,
         "operations": selectors.running_operations(),
     }
     return render(request, _partial(request, "deadletters/dashboard.html", "panels"), context)

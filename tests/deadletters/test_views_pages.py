@@ -405,3 +405,34 @@ def test_a_search_that_runs_too_long_is_stopped_and_explained(
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_sleep(0.1), 1")
         assert cursor.fetchone()[1] == 1
+
+
+def test_dashboard_shows_the_alerts_that_matter_most_and_counts_the_rest(viewer_client: Client) -> None:
+    from dlqconsole.alerts.models import Alert, AlertRule
+
+    rule = AlertRule.objects.create(name="A storm of new patterns", kind="new_pattern", severity="warning")
+    for number in range(11):
+        Alert.objects.create(
+            rule=rule,
+            subject=f"pattern:{number}",
+            subject_label=f"pattern {number}",
+            severity="warning",
+            status="acknowledged" if number < 3 else "firing",
+            summary=f"new pattern number-{number:02d}",
+        )
+    Alert.objects.create(
+        rule=rule,
+        subject="queue:x",
+        subject_label="x",
+        severity="critical",
+        status="firing",
+        summary="the critical one",
+    )
+
+    alerts, total = selectors.firing_alerts()
+    html = viewer_client.get("/").content.decode()
+
+    assert total == 12 and len(alerts) == 8
+    assert alerts[0].summary == "the critical one"
+    assert all(alert.status == "firing" for alert in alerts)  # acknowledged ones after the others
+    assert "12 active in all" in html and "the critical one" in html and "number-00" not in html
