@@ -96,6 +96,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # No JIT: the console's queries are index probes that run in a millisecond, but the planner's estimates for
+    # some of them (per-moment lateral probes) cross the JIT threshold, and compiling then costs 100+ ms.
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"]["options"] = " ".join(
+        filter(None, [DATABASES["default"]["OPTIONS"].get("options", ""), "-c jit=off"])
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

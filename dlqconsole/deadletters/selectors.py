@@ -120,15 +120,20 @@ def bucket_starts(*, now: dt.datetime, width: dt.timedelta, buckets: int) -> lis
     return [aligned - width * (buckets - 1 - index) for index in range(buckets)]
 
 
+# Consumer processes stamp each batch when they start writing it and get its ids when they COPY it, so a batch
+# stamped later can hold smaller ids than one stamped earlier, by at most the time a batch takes to write.
+CONCURRENT_BATCH_SKEW = dt.timedelta(seconds=2)
+
+
 def first_ids(starts: list[dt.datetime]) -> list[int]:
     """For each moment, the id of the first dead letter that arrived at or after it (or one past the last id).
 
     Ids rise with arrival (ingest stamps a batch and inserts it), so the dead letters that arrived between two
     moments are the ids between their first ids: the bucket counts below then read only the pkey or the
     (pattern, status, id) index, never the table. Per moment, single-row probes of the (status, ingested_at)
-    index find the first arrival time after it (one probe per status), then the smallest id with that time (a
-    batch shares its time). Concurrent consumers can put one batch on the wrong side of a boundary; charts do
-    not mind.
+    index find the first arrival time after it (one probe per status), then the smallest id stamped within
+    CONCURRENT_BATCH_SKEW of that time: batches that several consumer processes wrote at once are counted on the
+    right side of the boundary, not only the one that got the smallest time.
     """
     if not starts:
         return []
@@ -151,21 +156,24 @@ def _first_ids_postgresql(starts: list[dt.datetime]) -> list[Any]:
     table = connection.ops.quote_name(DeadLetter._meta.db_table)
     sql = f"""
         SELECT (
-            SELECT min(letter.id) FROM {table} AS letter
-            WHERE letter.status = ANY(%(statuses)s) AND letter.ingested_at = (
-                SELECT min(first.ingested_at) FROM unnest(%(statuses)s::text[]) AS wanted(status)
+            SELECT min(letter.id + 0) FROM {table} AS letter, (
+                SELECT min(first.ingested_at) AS at FROM unnest(%(statuses)s::text[]) AS wanted(status)
                 CROSS JOIN LATERAL (
                     SELECT probe.ingested_at FROM {table} AS probe
                     WHERE probe.status = wanted.status AND probe.ingested_at >= moment.start
                     ORDER BY probe.ingested_at LIMIT 1
                 ) AS first
-            )
+            ) AS arrival
+            WHERE letter.status = ANY(%(statuses)s)
+                AND letter.ingested_at >= arrival.at AND letter.ingested_at < arrival.at + %(skew)s::interval
         )
+        -- min(id + 0): a plain min(id) lets the planner walk the primary key from the first id, filtering.
         FROM unnest(%(starts)s::timestamptz[]) WITH ORDINALITY AS moment(start, position)
         ORDER BY moment.position
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"statuses": list(ALL_STATUSES), "starts": starts})
+        skew = f"{CONCURRENT_BATCH_SKEW.total_seconds()} seconds"
+        cursor.execute(sql, {"statuses": list(ALL_STATUSES), "starts": starts, "skew": skew})
         return [row[0] for row in cursor.fetchall()]
 
 

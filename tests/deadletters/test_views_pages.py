@@ -436,3 +436,22 @@ def test_dashboard_shows_the_alerts_that_matter_most_and_counts_the_rest(viewer_
     assert alerts[0].summary == "the critical one"
     assert all(alert.status == "firing" for alert in alerts)  # acknowledged ones after the others
     assert "12 active in all" in html and "the critical one" in html and "number-00" not in html
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="several consumer processes need PostgreSQL")
+def test_arrivals_count_batches_that_concurrent_consumers_stamped_out_of_id_order(viewer_client: Client) -> None:
+    """Two consumer processes: the batch stamped a moment later got the smaller ids (as seen live: ids 1-32
+    stamped .230463, ids 33-49 stamped .230069). Every one of them arrived in the last hour."""
+    now = timezone.now()
+    stamped = now - dt.timedelta(minutes=10)
+    later = many(32, queue="orders")
+    earlier = many(17, queue="orders")
+    a_moment_later = stamped + dt.timedelta(microseconds=394)
+    DeadLetter.objects.filter(pk__in=[row.pk for row in later]).update(ingested_at=a_moment_later)
+    DeadLetter.objects.filter(pk__in=[row.pk for row in earlier]).update(ingested_at=stamped)
+    assert max(row.pk for row in later) < min(row.pk for row in earlier)
+
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
+
+    assert sum(count for _, count in hour) == 49
+    assert '49</div><div class="label">arrived last hour' in viewer_client.get("/").content.decode()
