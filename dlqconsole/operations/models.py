@@ -199,11 +199,19 @@ class Operation(models.Model):
 
     @property
     def eta(self) -> dt.timedelta | None:
-        """Time left at the pace so far (None before there is a pace, or when nothing runs)."""
-        if self.status not in ACTIVE_STATUSES or self.started_at is None or self.processed == 0:
+        """Time left: at the rate limit when there is one (the pace so far would count the canary's wait and
+        pauses), else at the pace so far. None when nothing runs or there is no pace yet."""
+        if self.status not in ACTIVE_STATUSES or self.started_at is None:
             return None
+        if self.rate:
+            from dlqconsole.core.ratelimit import parse_rate
+
+            try:
+                return dt.timedelta(seconds=self.remaining / parse_rate(self.rate).per_second)
+            except (ValueError, ZeroDivisionError):
+                pass
         elapsed = (timezone.now() - self.started_at).total_seconds()
-        if elapsed <= 0:
+        if elapsed <= 0 or self.processed == 0:
             return None
         return dt.timedelta(seconds=self.remaining * elapsed / self.processed)
 

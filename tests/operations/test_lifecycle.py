@@ -247,3 +247,19 @@ def test_every_beat_entry_names_a_registered_task(settings):
         "operations.delete_expired_archives",
     }
     assert operations <= set(app.tasks)
+
+
+def test_time_left_follows_the_rate_limit_not_the_pace_so_far(operator):
+    """The pace so far counts a canary's wait and pauses; with a rate limit the time left is what it allows."""
+    synthetic_dead_letters(queue="orders", count=30)
+    operation = plan_operation(kind=OperationKind.RETRY, filter={}, actor=operator, rate="2/1s")
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.RUNNING, started_at=timezone.now() - dt.timedelta(minutes=5), succeeded=5
+    )
+    operation.refresh_from_db()
+
+    assert operation.eta == dt.timedelta(seconds=12.5)  # 25 left at 2 a second, not 25 * 300 s / 5
+    Operation.objects.filter(pk=operation.pk).update(rate="")
+    operation.refresh_from_db()
+    assert operation.eta is not None
+    assert abs(operation.eta.total_seconds() - 25 * 300 / 5) < 5  # the pace so far, without a limit
