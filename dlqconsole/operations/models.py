@@ -190,6 +190,16 @@ class Operation(models.Model):
         return min(1.0, self.processed / self.total)
 
     @property
+    def outcome(self) -> tuple[str, str]:
+        """(label, chip style) of its state: a finished operation whose messages failed says so in red, not as a
+        green "Done"."""
+        if self.status == OperationStatus.DONE and self.failed:
+            if self.failed >= self.total:
+                return "Done: every message failed", "failed"
+            return f"Done, {self.failed:,} failed", "failed"
+        return self.get_status_display(), self.status
+
+    @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 

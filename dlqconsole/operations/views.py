@@ -190,8 +190,9 @@ def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = _detail_context(operation)
     if request.htmx:
         response = render(request, "operations/detail.html#progress", context)
-        if operation.is_finished:
-            # 286 tells htmx to stop polling; the final state is still swapped in.
+        if context["settled"]:
+            # 286 tells htmx to stop polling; the final state is still swapped in. A cancelled operation whose
+            # worker still settles its in-flight messages is polled on until its numbers are final.
             response.status_code = HttpResponseStopPolling.status_code
         return response
     return render(request, "operations/detail.html", context)
@@ -206,10 +207,13 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
             for name, value in (operation.filter or {}).items()
         ),
         "finished": operation.is_finished,
+        # Final numbers: finished, and nothing in flight left to settle (a cancel settles them a moment later).
+        "settled": operation.is_finished and not operation.in_flight,
         "queues": sorted((breakdown.get("queue") or {}).items(), key=lambda item: -int(item[1])),
         "patterns": list(breakdown.get("pattern") or []),
         "destinations": sorted((breakdown.get("destination") or {}).items(), key=lambda item: -int(item[1])),
         "unreplayable": sorted((operation.unreplayable_reasons or {}).items(), key=lambda item: -int(item[1])),
+        "unreplayable_count": sum(int(count) for count in (operation.unreplayable_reasons or {}).values()),
         "rate_choices": RATE_CHOICES,
         "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
     }

@@ -250,6 +250,6 @@ def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched
     page.fill(f"#rate-{operation.pk}", "bogus")
     page.get_by_role("button", name="Set rate").click()
 
-    expect(page.locator("#progress .error-box")).to_contain_text("bogus")
+    expect(page.locator("#progress .error-box", has_text="bogus")).to_contain_text("N/period")
     assert page.evaluate("window.__sameDocument") is True
     assert not watched.page_errors

@@ -273,3 +273,38 @@ def test_dashboard_lists_operations_under_way_but_not_idle_plans(operator: User)
 
     assert f"Retry #{paused.pk}" in html
     assert f"Archive #{idle.pk}" not in html
+
+
+def test_a_cancelled_operation_is_polled_until_its_in_flight_messages_are_settled(operator: User) -> None:
+    letters = many(3)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.CANCELLED, in_flight=1)
+
+    settling = client_for(operator).get(f"/operations/{operation.pk}/", headers=HX)
+    Operation.objects.filter(pk=operation.pk).update(in_flight=0)
+    settled = client_for(operator).get(f"/operations/{operation.pk}/", headers=HX)
+
+    assert settling.status_code == 200 and "every 1s" in settling.content.decode()
+    assert settled.status_code == 286 and "every 1s" not in settled.content.decode()
+
+
+def test_an_operation_whose_messages_failed_is_not_shown_as_a_green_done(operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.DONE, failed=2, total=2)
+
+    detail = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+    listing = client_for(operator).get("/operations/").content.decode()
+
+    assert '<span class="chip st-failed" data-testid="status">Done: every message failed</span>' in detail
+    assert '<span class="chip st-failed">Done: every message failed</span>' in listing
+
+
+def test_the_start_button_warns_when_messages_cannot_be_replayed(operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(unreplayable_reasons={"queue 'gone' does not exist": 2})
+
+    html = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+
+    assert "None of these 2 messages can be replayed: see why below. They will be marked failed." in html
