@@ -160,6 +160,8 @@ def test_alert_detail_full_page_and_fragment(client: Client, viewer: User, firin
 
     assert "<html" in page.content.decode() and "Notifications" in page.content.decode()
     assert fragment.content.decode().strip().startswith('<section id="alert-summary"')
+    # Its rule has no channel: the page does not claim anyone was notified.
+    assert "<dt>Notified</dt><dd>nobody: the rule has no channels" in page.content.decode()
 
 
 def test_queue_page_shows_depth_levels_full_and_fragment(client: Client, viewer: User) -> None:

@@ -46,6 +46,13 @@ def test_operator_sees_a_firing_alert_and_acknowledges_it(page: Page, operator: 
     expect(page.locator(f"#alert-{alert.pk}")).to_contain_text(f"by {operator.username}")
     alert.refresh_from_db()
     assert alert.status == AlertStatus.ACKNOWLEDGED and alert.acknowledged_by == operator
+    # The list refreshes itself every 5 s, but not while a choice is being made in it.
+    chooser = page.locator(f"#silence-{alert.pk}")
+    chooser.focus()  # as a click on it does
+    chooser.select_option(index=2)
+    chosen = chooser.input_value()
+    page.wait_for_timeout(6000)
+    expect(page.locator(f"#silence-{alert.pk}")).to_have_value(chosen)
     page.goto(f"/alerts/{alert.pk}/")
     expect(page.locator("h1")).to_contain_text("payments.dlq")
     screenshot(page, "alert")
