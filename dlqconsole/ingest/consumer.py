@@ -61,6 +61,7 @@ from dlqconsole.ingest.services import IngestResult, ingest_batch
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+MISSING_RETRY_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
 # The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
 # Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
@@ -249,6 +250,9 @@ class DeadLetterConsumer:
             log.info("queue %s is no longer watched; stopping its consumer", queue)
             self.retired.append(self.channels.pop(queue))
             self.retired[-1].basic_cancel(consumer_tag=f"consume_dlq:{queue}")
+        if self.missing:
+            # A queue about to be declared (a service starting beside us) is picked up within seconds.
+            self.next_refresh = min(self.next_refresh, self.clock() + MISSING_RETRY_SECONDS)
 
     def start_consuming(self, queue: str) -> None:
         assert self.connection is not None
@@ -263,7 +267,7 @@ class DeadLetterConsumer:
                     queue,
                     error.reply_code,
                     error.reply_text,
-                    self.refresh_seconds,
+                    min(self.refresh_seconds, MISSING_RETRY_SECONDS),
                 )
             self.missing.add(queue)
             return
@@ -291,7 +295,9 @@ class DeadLetterConsumer:
 
     def on_cancelled(self, queue: str, frame: Any) -> None:
         log.warning(
-            "RabbitMQ cancelled the consumer of %s (queue deleted?); retrying every %g s", queue, self.refresh_seconds
+            "RabbitMQ cancelled the consumer of %s (queue deleted?); retrying every %g s",
+            queue,
+            min(self.refresh_seconds, MISSING_RETRY_SECONDS),
         )
         channel = self.channels.pop(queue, None)
         if channel is not None:

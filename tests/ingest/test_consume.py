@@ -327,3 +327,16 @@ def test_the_loop_touches_its_heartbeat_file(
     now[0] += 5
     consumer.heartbeat()
     assert time.time() - alive.stat().st_mtime < 60
+
+
+def test_a_missing_queue_is_tried_again_within_seconds(
+    queue_name: Callable[[str], str], make_consumer: Callable[..., DeadLetterConsumer]
+) -> None:
+    """A service declaring its queues as the console starts should not wait for the 30 s queue refresh."""
+    now = [1000.0]
+    consumer = make_consumer(queues=[f"{queue_name('soon')}.dlq"], refresh_seconds=30, clock=lambda: now[0])
+    consumer.connect()
+
+    consumer.refresh_queues()
+
+    assert consumer.missing and consumer.next_refresh == 1005.0
