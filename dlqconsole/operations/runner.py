@@ -87,6 +87,8 @@ RETURN_SHARE_MIN_SAMPLE = 20
 # Broker or limiter failures in a row before the operation pauses.
 CONNECTION_ATTEMPTS = 3
 TICK_SECONDS = 2.0
+# During a canary's wait, how often its messages are looked for in the dead-letter queues.
+CANARY_LOOK_SECONDS = 2.0
 # The rate limiter hands out the tokens due within this many seconds in one round trip. Tokens left over at the end
 # of a batch carry over to the next, so a pause between batches shorter than this costs no rate; at the end of an
 # operation they are wasted (a quarter of a second of its rate at most).
@@ -854,15 +856,9 @@ class OperationRunner:
         Operation.objects.filter(pk=self.operation_id, runner=self.token).update(canary_until=until)
 
     def _canary_waited(self, operation: Operation) -> bool:
-        """Judge the canary once its wait is over; False when the runner should stop for now."""
+        """Judge the canary: failed as soon as one of its messages comes back (or could not be published),
+        passed once its wait is over without that. False when the runner should stop for now."""
         assert operation.canary_until is not None
-        remaining = (operation.canary_until - timezone.now()).total_seconds()
-        if remaining > 0:
-            if self.continue_later is not None:
-                self.continue_later(remaining)
-                return False
-            time.sleep(min(remaining, TICK_SECONDS))
-            return self._heartbeat()
         returned = self._check_returns(force=True)
         if returned or operation.failed:
             parts = []
@@ -872,6 +868,14 @@ class OperationRunner:
                 parts.append(f"{operation.failed} could not be published ({operation.last_error})")
             self._pause(f"canary of {operation.canary_size}: " + "; ".join(parts))
             return True
+        remaining = (operation.canary_until - timezone.now()).total_seconds()
+        if remaining > 0:
+            # Look again soon: a canary that comes back stops the operation then, not at the end of the wait.
+            if self.continue_later is not None:
+                self.continue_later(min(remaining, CANARY_LOOK_SECONDS))
+                return False
+            time.sleep(min(remaining, TICK_SECONDS, CANARY_LOOK_SECONDS))
+            return self._heartbeat()
         Operation.objects.filter(pk=self.operation_id, status=OperationStatus.CANARY).update(
             status=OperationStatus.RUNNING, canary_passed=True
         )

@@ -270,3 +270,29 @@ def test_a_dead_letter_another_operation_is_publishing_is_left_to_it(channel, qu
         "parked",
         "archived",
     ]
+
+
+def test_a_canary_that_comes_back_stops_the_operation_before_its_wait_is_over(channel, queue_name, operator):
+    """A 60 s canary whose messages die again at once is judged at the next look (seconds), not after 60 s."""
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 4)
+    operation = plan_operation(
+        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=60
+    )
+    start_operation(operation=operation, actor=operator)
+    waits: list[float] = []
+
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    assert waits and waits[-1] <= 2  # comes back to look in seconds
+    assert wait_for_depth(channel, orders, 2) == 2
+    kill_on_broker(channel, orders, 2)
+    wait_for_depth(channel, orders + ".dlq", 2)
+    ingest_from(channel, orders + ".dlq")
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s"
+    assert operation.canary_until is not None and operation.canary_until > timezone.now() + dt.timedelta(seconds=30)
+    assert operation.items.filter(status=ItemStatus.PENDING).count() == 2
