@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import threading
 import time
+from typing import Any
 
 import pika
 import pytest
@@ -68,22 +69,32 @@ def test_a_replay_that_dies_again_links_to_its_first_record_and_counts_once(chan
     assert count_returned(operation=operation) == 1
 
 
+def start_canary_retry(orders: str, operator: Any, *, wait: int) -> Operation:
+    """A started retry of the queue's dead letters whose first two are a canary watched for `wait` seconds."""
+    operation = plan_operation(
+        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=wait
+    )
+    return start_operation(operation=operation, actor=operator)
+
+
+def canary_dies_again(channel: Any, orders: str) -> None:
+    """The two canary messages reach their queue, die there again and are ingested from its DLQ."""
+    assert wait_for_depth(channel, orders, 2) == 2
+    kill_on_broker(channel, orders, 2)
+    wait_for_depth(channel, orders + ".dlq", 2)
+    ingest_from(channel, orders + ".dlq")
+
+
 def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, queue_name, operator):
     orders = queue_name("orders")
     letters = dead_letters_on_broker(channel, orders, 5)
-    operation = plan_operation(
-        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=1
-    )
-    start_operation(operation=operation, actor=operator)
+    operation = start_canary_retry(orders, operator, wait=1)
     waits: list[float] = []
 
     run_operation(operation_id=operation.pk, continue_later=waits.append)
 
     assert len(waits) == 1 and 0 < waits[0] <= 1
-    assert wait_for_depth(channel, orders, 2) == 2
-    kill_on_broker(channel, orders, 2)
-    wait_for_depth(channel, orders + ".dlq", 2)
-    ingest_from(channel, orders + ".dlq")
+    canary_dies_again(channel, orders)
     time.sleep(1.1)
     run_operation(operation_id=operation.pk, continue_later=waits.append)
 
@@ -100,10 +111,7 @@ def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, 
 def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
     orders = queue_name("orders")
     dead_letters_on_broker(channel, orders, 5)
-    operation = plan_operation(
-        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=1
-    )
-    start_operation(operation=operation, actor=operator)
+    operation = start_canary_retry(orders, operator, wait=1)
 
     run_operation(operation_id=operation.pk)  # no worker queue: it waits in process
 
@@ -276,19 +284,13 @@ def test_a_canary_that_comes_back_stops_the_operation_before_its_wait_is_over(ch
     """A 60 s canary whose messages die again at once is judged at the next look (seconds), not after 60 s."""
     orders = queue_name("orders")
     dead_letters_on_broker(channel, orders, 4)
-    operation = plan_operation(
-        kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator, canary_size=2, canary_wait_seconds=60
-    )
-    start_operation(operation=operation, actor=operator)
+    operation = start_canary_retry(orders, operator, wait=60)
     waits: list[float] = []
 
     run_operation(operation_id=operation.pk, continue_later=waits.append)
 
     assert waits and waits[-1] <= 2  # comes back to look in seconds
-    assert wait_for_depth(channel, orders, 2) == 2
-    kill_on_broker(channel, orders, 2)
-    wait_for_depth(channel, orders + ".dlq", 2)
-    ingest_from(channel, orders + ".dlq")
+    canary_dies_again(channel, orders)
     run_operation(operation_id=operation.pk, continue_later=waits.append)
 
     operation.refresh_from_db()
