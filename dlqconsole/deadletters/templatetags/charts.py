@@ -119,9 +119,35 @@ def duration(value: dt.timedelta | None) -> str:
     return f"{seconds}s"
 
 
+def _local(moment: dt.datetime) -> dt.datetime:
+    # A naive moment (USE_TZ is on, so only a caller's own value) is taken as UTC rather than refused.
+    aware = moment if timezone.is_aware(moment) else moment.replace(tzinfo=dt.UTC)
+    return timezone.localtime(aware)
+
+
+def _stamp_text(local: dt.datetime) -> str:
+    # %Z is the zone's abbreviation (UTC, CET, EDT); a zone without one ("+03") is shown as its offset.
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.strftime('%Z') or local.strftime('%z')}"
+
+
 @register.filter
 def stamp(moment: dt.datetime | None) -> str:
-    """A moment in local time, sortable and unambiguous: 2026-11-20 10:00:03."""
+    """A moment in the console's time zone (settings.TIME_ZONE), sortable and unambiguous, as plain text:
+    2026-11-20 10:00:03 UTC. Plain text fits anywhere, a title attribute included; in the flow of a page,
+    `stamp_time` also carries the full ISO time."""
     if moment is None:
         return "—"
-    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}"
+    return _stamp_text(_local(moment))
+
+
+@register.filter
+def stamp_time(moment: dt.datetime | None) -> SafeString | str:
+    """The stamp as a <time> element whose datetime and title give the full ISO time with its offset:
+    <time datetime="2026-11-20T10:00:03.250000+00:00" title="...">2026-11-20 10:00:03 UTC</time>."""
+    if moment is None:
+        return "—"
+    local = _local(moment)
+    iso = escape(local.isoformat())
+    return mark_safe(  # noqa: S308  (formatted from a datetime here, escaped all the same)
+        f'<time datetime="{iso}" title="{iso}">{escape(_stamp_text(local))}</time>'
+    )
