@@ -29,6 +29,7 @@ from dlqconsole.deadletters.models import (
     DeadLetterStatus,
     FailurePattern,
     PatternEvent,
+    PatternOrigin,
     PatternStatus,
 )
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
@@ -300,6 +301,8 @@ class Facts:
             self._candidates[key] = set(
                 FailurePattern.objects.active()
                 .filter(status=PatternStatus.OPEN, last_seen_at__gte=since, first_seen_at__gte=since)
+                # A rule's pattern (a custom rule or a split) was named by a person: it is known, not new.
+                .exclude(origin=PatternOrigin.RULE)
                 .values_list("pk", flat=True)
             )
         return self._candidates[key]

@@ -30,7 +30,10 @@ class FingerprintRuleForm(forms.ModelForm[FingerprintRule]):
         cleaned = super().clean() or {}
         try:
             validate_rule(
-                name=cleaned.get("name") or "", regex=cleaned.get("regex") or "", header=cleaned.get("header") or ""
+                name=cleaned.get("name") or "",
+                regex=cleaned.get("regex") or "",
+                header=cleaned.get("header") or "",
+                rule_id=self.instance.pk,
             )
         except PatternError as problem:
             raise forms.ValidationError(str(problem)) from None

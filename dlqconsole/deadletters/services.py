@@ -12,7 +12,7 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - preview_split(*, pattern, regex="", header="", limit=10000) -> int        (how many a split would take)
 - save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
 - delete_fingerprint_rule(*, rule, actor) -> None
-- validate_rule(*, name, regex, header) -> None                            (raises PatternError; for forms)
+- validate_rule(*, name, regex, header, rule_id=None) -> None   (raises PatternError; for forms)
 
 Who may call what is the caller's check (dlqconsole.accounts.roles): triage, merge and split are operator
 actions on the pages; custom rules are configuration, admin only.
@@ -336,9 +336,27 @@ def _forget_rules() -> None:
     forget_rules()
 
 
-def validate_rule(*, name: str, regex: str, header: str) -> None:
-    if not name.strip():
+def validate_rule(*, name: str, regex: str, header: str, rule_id: int | None = None) -> None:
+    """Refuses a rule without a name or anything to match, an expression that does not compile, and a name
+    already taken by another rule or pattern (two patterns of one name cannot be told apart on the pages)."""
+    name = name.strip()
+    if not name:
         raise PatternError("Give the rule a name; it becomes the template of its pattern.")
+    _validate_match(regex=regex, header=header)
+    other_rules = FingerprintRule.objects.filter(name__iexact=name)
+    patterns = FailurePattern.objects.active().filter(template__iexact=name)
+    if rule_id is not None:
+        other_rules = other_rules.exclude(pk=rule_id)
+        patterns = patterns.exclude(rules__pk=rule_id)
+    other_rule = other_rules.first()
+    if other_rule is not None:
+        raise PatternError(f"Rule #{other_rule.pk} is already named “{other_rule.name}”; choose another name.")
+    taken = patterns.first()
+    if taken is not None:
+        raise PatternError(f"Pattern #{taken.pk} already has this name; choose another one.")
+
+
+def _validate_match(*, regex: str, header: str) -> None:
     if not regex and not header.strip():
         raise PatternError("A rule needs a regular expression, a header, or both.")
     if regex:
@@ -390,7 +408,7 @@ def ensure_rule_pattern(
 def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.datetime | None = None) -> FingerprintRule:
     """Create or change a custom fingerprint rule. It applies to dead letters that arrive from now on (in every
     consumer, from its next batch); dead letters already stored stay where they are."""
-    validate_rule(name=rule.name, regex=rule.regex, header=rule.header)
+    validate_rule(name=rule.name, regex=rule.regex, header=rule.header, rule_id=rule.pk)
     now = now or timezone.now()
     creating = rule.pk is None
     with transaction.atomic():
@@ -464,6 +482,16 @@ def split_pattern(
             .iterator(chunk_size=2000)
             if matches(compiled, error_type=error_type, message=message, headers=headers)
         ]
+        if not matching:
+            # Rolls the rule and its pattern back: an empty split only leaves a confusing empty pattern behind.
+            raise PatternError(f"The rule matches none of the dead letters of #{locked.pk}; nothing was split.")
+        if len(matching) == DeadLetter.objects.filter(pattern_id=locked.pk).count():
+            raise PatternError(
+                f"The rule matches every dead letter of #{locked.pk}: a split needs a rule that tells some apart."
+            )
+        kinds = Counter(
+            DeadLetter.objects.filter(pk__in=matching[:MOVE_CHUNK]).values_list("error_type", "failure_reason")
+        )
         moved, earliest, latest = move_dead_letters(
             source_id=locked.pk, target_id=part.pk, ids=matching, new_fingerprint=rule.fingerprint_key
         )
@@ -471,7 +499,22 @@ def split_pattern(
         part.total_count += moved
         part.first_seen_at = earliest or now
         part.last_seen_at = latest or now
-        part.save(update_fields=["total_count", "first_seen_at", "last_seen_at"])
+        # The part is named after what it holds (a merged pattern can hold several error types), and keeps the
+        # triage of the pattern it came from: splitting a pattern someone owns does not make it new again.
+        (part.error_type, part.failure_reason), _ = kinds.most_common(1)[0]
+        part.status, part.owner_id, part.status_changed_at = locked.status, locked.owner_id, now
+        part.save(
+            update_fields=[
+                "total_count",
+                "first_seen_at",
+                "last_seen_at",
+                "error_type",
+                "failure_reason",
+                "status",
+                "owner",
+                "status_changed_at",
+            ]
+        )
         locked.total_count = max(0, locked.total_count - moved)
         locked.save(update_fields=["total_count"])
         how = f"/{regex}/" + (f" in header {header}" if header else "")
@@ -499,7 +542,7 @@ def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "",
     that shows the effect before the operator confirms."""
     from dlqconsole.deadletters.grouping.rules import compile_rule, matches
 
-    validate_rule(name="preview", regex=regex, header=header)
+    _validate_match(regex=regex, header=header)
     compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
     rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:limit]
     return sum(

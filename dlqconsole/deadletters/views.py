@@ -7,6 +7,7 @@ Each page answers a normal request with the whole page and an htmx request with 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
 
@@ -53,7 +54,11 @@ from dlqconsole.deadletters.services import (
     preview_split,
     set_pattern_status,
     split_pattern,
+    validate_rule,
 )
+from dlqconsole.deadletters.templatetags.charts import stamp
+from dlqconsole.ingest.envelope import EARLIEST as TIMESTAMP_EARLIEST
+from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
 from dlqconsole.operations.models import OperationItem
 
 PAGE_SIZE = 50
@@ -361,7 +366,7 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             body=body, content_type=dead_letter.content_type, content_encoding=dead_letter.content_encoding
         ),
         "headers": header_rows(dead_letter.headers),
-        "properties": header_rows(dead_letter.properties),
+        "properties": _property_rows(dead_letter.properties, now=timezone.now()),
         "timeline": death_timeline(dead_letter.x_death),
         "ancestors": _ancestors(dead_letter),
         "boomerangs": list(
@@ -372,6 +377,43 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "kinds": _actions_for(request, dead_letter),
     }
     return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
+
+
+@dataclass(frozen=True)
+class FieldRow:
+    """A header or property as the detail page shows it: the value as text, and what to say about it."""
+
+    name: str
+    value: str
+    kind: str
+    # A time to show as a date (the value itself then stays beside it, small).
+    moment: dt.datetime | None = None
+    note: str = ""
+
+
+def _property_rows(properties: Any, *, now: dt.datetime) -> list[FieldRow]:
+    rows = []
+    for name, value, kind in header_rows(properties):
+        if name == "timestamp":
+            rows.append(_timestamp_row(jsonsafe.decode(properties).get(name), value=value, kind=kind, now=now))
+        else:
+            rows.append(FieldRow(name=name, value=value, kind=kind))
+    return rows
+
+
+def _timestamp_row(seconds: Any, *, value: str, kind: str, now: dt.datetime) -> FieldRow:
+    """The AMQP timestamp property (seconds since the epoch) as a date; a nonsense one (negative, huge, not a
+    number) stays a number, with a note saying why."""
+    row = FieldRow(name="timestamp", value=value, kind=kind)
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        return replace(row, note="not a number of seconds")
+    try:
+        moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return replace(row, note="not a time: beyond any calendar date")
+    if not TIMESTAMP_EARLIEST <= moment <= now + TIMESTAMP_LATEST_AHEAD:
+        return replace(row, note=f"not a plausible time (it would be {stamp(moment)})")
+    return replace(row, moment=moment)
 
 
 def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
@@ -623,19 +665,24 @@ def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     regex = request.POST.get("regex", "")
     header = request.POST.get("header", "").strip()
     back_url = reverse("deadletters:pattern", args=[pattern.pk])
+    query = QueryDict(mutable=True)
+    query.update({"name": name, "regex": regex, "header": header})
     try:
         if request.POST.get("action") != "split":
+            validate_rule(name=name, regex=regex, header=header)
             matching = preview_split(pattern=pattern, regex=regex, header=header)
-            messages.info(
-                request,
-                f"The rule takes {matching} of the newest dead letters of #{pattern.pk}. Press Split to do it.",
-            )
-            query = QueryDict(mutable=True)
-            query.update({"name": name, "regex": regex, "header": header, "previewed": "1"})
+            if matching:
+                messages.info(
+                    request,
+                    f"The rule takes {matching} of the newest dead letters of #{pattern.pk}. Press Split to do it.",
+                )
+                query["previewed"] = "1"
+            else:
+                messages.warning(request, f"The rule matches none of the newest dead letters of #{pattern.pk}.")
             return redirect(f"{back_url}?{query.urlencode()}#split")
         part = split_pattern(pattern=pattern, name=name, regex=regex, header=header, actor=request.user)
     except PatternError as problem:
         messages.error(request, str(problem))
-        return redirect(back_url)
+        return redirect(f"{back_url}?{query.urlencode()}#split")  # the form keeps what was typed
     messages.success(request, f"Split into pattern #{part.pk}.")
     return redirect("deadletters:pattern", pk=part.pk)

@@ -10,7 +10,7 @@ from django.utils import timezone
 from dlqconsole.alerts.defaults import DEFAULT_RULES, install_default_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
 from dlqconsole.alerts.services import evaluate_rules
-from dlqconsole.deadletters.models import DeadLetterStatus, FailurePattern, PatternStatus
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import ingest, rule, settle
 
@@ -182,6 +182,26 @@ def test_new_pattern_resolves_when_its_dead_letters_are_gone_and_old_patterns_ne
     evaluate_rules()
 
     assert open_alerts(new_pattern) == {}
+
+
+def test_patterns_named_by_a_person_are_not_new(operator) -> None:  # type: ignore[no-untyped-def]
+    from dlqconsole.deadletters.services import split_pattern
+
+    letters = ingest(2, queue="orders.dlq", message="user alice not found", error_type="LookupError")
+    letters += ingest(1, queue="orders.dlq", message="user svc-import not found", error_type="LookupError")
+    pattern = DeadLetter.objects.get(pk=letters[0].pk).pattern  # the second batch mined "user <*> not found"
+    assert DeadLetter.objects.get(pk=letters[2].pk).pattern_id == pattern.pk
+    FailurePattern.objects.filter(pk=pattern.pk).update(status=PatternStatus.ACKNOWLEDGED)
+    new_pattern = rule("new_pattern", window_seconds=3600)
+
+    part = split_pattern(pattern=pattern, name="service accounts", regex="svc-", actor=operator)
+    FailurePattern.objects.filter(pk=part.pk).update(status=PatternStatus.OPEN)  # even left open
+    evaluate_rules()
+
+    assert open_alerts(new_pattern) == {}
+    fresh = ingest(1, queue="orders.dlq", message="Brand new failure", error_type="NewError")
+    evaluate_rules()
+    assert set(open_alerts(new_pattern)) == {f"pattern:{fresh[0].pattern_id}"}
 
 
 def test_reopened_pattern_fires_and_resolves_when_resolved_again() -> None:

@@ -110,7 +110,7 @@ def test_split_moves_matching_dead_letters_to_a_new_pattern(ingest: Ingest, oper
 
 
 def test_split_sticks_for_new_arrivals_of_the_pattern_only(ingest: Ingest, operator: User) -> None:
-    pattern = ingest("user alice not found", "user bob not found")[0].pattern
+    pattern = ingest("user alice not found", "user bob not found", "user svc-import not found")[0].pattern
     part = split_pattern(pattern=pattern, name="service accounts", regex=r"svc-", actor=operator)
 
     rows = ingest("user svc-export not found", "user carol not found", "svc-export quota exceeded")
@@ -144,6 +144,65 @@ def test_split_refuses_a_bad_expression(ingest: Ingest, operator: User) -> None:
         split_pattern(pattern=pattern, name="nothing", actor=operator)
 
     assert not FingerprintRule.objects.exists()
+
+
+def test_split_expression_is_searched_in_the_message_and_in_type_and_message(ingest: Ingest, operator: User) -> None:
+    rows = ingest(
+        {"message": "user alice not found", "error_type": "LookupError"},
+        {"message": "user bob not found", "error_type": "LookupError"},
+        {"message": "user svc-import not found", "error_type": "LookupError"},
+    )
+    pattern = rows[0].pattern
+
+    # Anchored at the start of the message, although the error type comes first in the error's one-line form.
+    assert preview_split(pattern=pattern, regex=r"^user svc-") == 1
+    assert preview_split(pattern=pattern, regex=r"^LookupError: user (alice|bob)") == 2
+    part = split_pattern(pattern=pattern, name="service accounts", regex=r"^user svc-", actor=operator)
+
+    assert DeadLetter.objects.get(pk=rows[2].pk).pattern_id == part.pk
+    assert (part.error_type, part.failure_reason) == ("LookupError", rows[2].failure_reason)
+
+
+def test_split_refuses_a_rule_that_takes_none_or_all_and_leaves_nothing_behind(ingest: Ingest, operator: User) -> None:
+    pattern = ingest("user alice not found", "user bob not found")[0].pattern
+
+    with pytest.raises(PatternError, match="matches none"):
+        split_pattern(pattern=pattern, name="service accounts", regex=r"svc-", actor=operator)
+    with pytest.raises(PatternError, match="matches every dead letter"):
+        split_pattern(pattern=pattern, name="everyone", regex=r"not found", actor=operator)
+
+    assert not FingerprintRule.objects.exists()
+    assert list(FailurePattern.objects.values_list("pk", flat=True)) == [pattern.pk]
+    assert not AuditEntry.objects.filter(action="pattern.split").exists()
+
+
+def test_split_and_rule_names_must_be_unique(ingest: Ingest, operator: User, admin_user: User) -> None:
+    pattern = ingest("user alice not found", "user bob not found", "user svc-import not found")[0].pattern
+    split_pattern(pattern=pattern, name="Service accounts", regex=r"svc-", actor=operator)
+
+    with pytest.raises(PatternError, match="already named"):
+        split_pattern(pattern=pattern, name="service ACCOUNTS ", regex=r"alice", actor=operator)
+    with pytest.raises(PatternError, match=f"Pattern #{pattern.pk} already has this name"):
+        split_pattern(pattern=pattern, name="user <*> not found", regex=r"alice", actor=operator)
+    rule = FingerprintRule.objects.get()
+    rule.regex = "svc-|robot-"
+    save_fingerprint_rule(rule=rule, actor=admin_user)  # a rule keeps its own name when edited
+
+    assert FingerprintRule.objects.count() == 1
+
+
+def test_split_part_keeps_the_triage_of_its_pattern(ingest: Ingest, operator: User) -> None:
+    from dlqconsole.deadletters.models import PatternStatus
+    from dlqconsole.deadletters.services import assign_pattern, set_pattern_status
+
+    pattern = ingest("user alice not found", "user svc-import not found")[0].pattern
+    set_pattern_status(pattern=pattern, status=PatternStatus.ACKNOWLEDGED, actor=operator)
+    assign_pattern(pattern=pattern, owner=operator, actor=operator)
+
+    part = split_pattern(pattern=pattern, name="service accounts", regex=r"svc-", actor=operator)
+
+    part.refresh_from_db()
+    assert (part.status, part.owner_id) == (PatternStatus.ACKNOWLEDGED, operator.pk)
 
 
 def test_custom_rule_assigns_a_fixed_pattern_to_new_arrivals(ingest: Ingest, admin_user: User) -> None:

@@ -53,6 +53,24 @@ def test_admin_form_refuses_an_expression_that_does_not_compile(client: Client) 
     assert not FingerprintRule.objects.exists()
 
 
+def test_admin_edits_a_rule_keeping_its_name_and_refuses_a_taken_name(client: Client) -> None:
+    admin = staff(client, "admin")
+    form = {"name": "Disk", "regex": "disk full", "header": "", "scope": "", "position": 10, "enabled": "on"}
+    admin.post(reverse("admin:deadletters_fingerprintrule_add"), form)
+    admin.post(reverse("admin:deadletters_fingerprintrule_add"), {**form, "name": "Quota", "regex": "quota"})
+    disk = FingerprintRule.objects.get(name="Disk")
+
+    edited = admin.post(
+        reverse("admin:deadletters_fingerprintrule_change", args=[disk.pk]), {**form, "regex": "disk (full|gone)"}
+    )
+    taken = admin.post(reverse("admin:deadletters_fingerprintrule_change", args=[disk.pk]), {**form, "name": "quota"})
+
+    assert edited.status_code == 302
+    disk.refresh_from_db()
+    assert (disk.name, disk.regex) == ("Disk", "disk (full|gone)")
+    assert taken.status_code == 200 and "is already named" in taken.content.decode()
+
+
 def test_admin_deletes_a_rule_with_an_audit_row(client: Client) -> None:
     admin = staff(client, "admin")
     admin.post(

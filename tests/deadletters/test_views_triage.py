@@ -154,3 +154,18 @@ def test_operator_previews_then_splits_a_pattern(operator: User) -> None:
     part = FailurePattern.objects.get(template="Short timeouts")
     assert split["Location"] == f"/patterns/{part.pk}/"
     assert DeadLetter.objects.filter(pattern=part).count() == 2
+
+
+def test_split_preview_that_matches_nothing_offers_no_split_and_keeps_the_form(operator: User) -> None:
+    letters = many(2, error="Request timed out after 3000ms")
+    client = client_for(operator)
+    form = {"name": "Short timeouts", "regex": r"after 1500ms"}
+
+    preview = client.post(f"/patterns/{letters[0].pattern_id}/split/", {**form, "action": "preview"})
+    page = client.get(preview["Location"]).content.decode()
+    refused = client.post(f"/patterns/{letters[0].pattern_id}/split/", {**form, "action": "split"})
+    after = client.get(refused["Location"]).content.decode()
+
+    assert "matches none of the newest dead letters" in page and 'value="split"' not in page
+    assert "nothing was split" in after and 'value="after 1500ms"' in after
+    assert not FailurePattern.objects.filter(template="Short timeouts").exists()

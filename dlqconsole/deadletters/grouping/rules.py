@@ -82,7 +82,7 @@ def _read_rules() -> list[CompiledRule]:
 
 
 def error_text(*, error_type: str, message: str) -> str:
-    """The text a rule's expression is searched in."""
+    """The error as one line, '<error type>: <message>', as a log would show it."""
     return f"{error_type}: {message}" if error_type else message
 
 
@@ -108,7 +108,12 @@ def matches(rule: CompiledRule, *, error_type: str, message: str, headers: Any) 
         return rule.regex is None or rule.regex.search(value) is not None
     if rule.regex is None:
         return False
-    return rule.regex.search(error_text(error_type=error_type, message=message)[:MAX_TEXT]) is not None
+    # The expression is searched in the message alone (so `^Connection refused` means what it says) and then in
+    # '<error type>: <message>' (so an expression may name the type, `^TimeoutError: ` or `KeyError`).
+    if rule.regex.search(message[:MAX_TEXT]) is not None:
+        return True
+    text = error_text(error_type=error_type, message=message)
+    return bool(error_type) and rule.regex.search(text[:MAX_TEXT]) is not None
 
 
 def first_match(
