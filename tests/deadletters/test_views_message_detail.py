@@ -4,14 +4,19 @@ headers in order of name, the stack trace once."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
+import pika
 import pytest
 from django.contrib.auth.models import User
 from django.template import Context, Template
 from django.test import Client
+from django.utils import timezone
 
+from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
+from dlqconsole.ingest.envelope import parse_envelope
 from tests.deadletters.page_world import ingest, letter
 
 pytestmark = [pytest.mark.django_db]
@@ -62,3 +67,56 @@ def test_message_detail_shows_times_with_their_zone(viewer_client: Client) -> No
         in html
     )
     assert f">{stamp(stored.ingested_at)}</time>" in html
+
+
+def stored_with(*, headers: dict[str, Any] | None = None, **properties: Any) -> DeadLetter:
+    """A dead letter as ingest stores it, with these AMQP properties and headers (besides its x-death)."""
+    death = {
+        "count": 1,
+        "reason": "rejected",
+        "queue": "orders",
+        "time": dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC),
+        "exchange": "shop",
+        "routing-keys": ["orders.created"],
+    }
+    parsed = parse_envelope(
+        source_queue="orders.dlq",
+        body=b'{"order": 1}',
+        properties=pika.BasicProperties(headers={"x-death": [death], **(headers or {})}, **properties),
+        now=timezone.now(),
+    )
+    (stored,) = ingest(parsed)
+    return stored
+
+
+def property_cell(html: str, name: str) -> str:
+    found = re.search(rf'data-testid="property-{name}">(.*?)</td>', html, re.S)
+    assert found, f"no {name} property shown"
+    return found.group(1)
+
+
+def test_amqp_timestamp_is_shown_as_a_date_with_the_number_beside_it(viewer_client: Client) -> None:
+    stored = stored_with(message_id="ts-1", timestamp=int(MOMENT.timestamp()))
+
+    cell = property_cell(viewer_client.get(f"/messages/{stored.pk}/").content.decode(), "timestamp")
+
+    assert '<time datetime="2026-11-26T06:22:31+00:00"' in cell and ">2026-11-26 06:22:31 UTC</time>" in cell
+    assert f'<span class="muted small">{int(MOMENT.timestamp())}</span>' in cell
+
+
+@pytest.mark.parametrize(
+    ("seconds", "note"),
+    [
+        (-5, "not a plausible time (it would be 1969-12-31 23:59:55 UTC)"),
+        (2**62, "not a time: beyond any calendar date"),
+        (int(dt.datetime(2099, 1, 1, tzinfo=dt.UTC).timestamp()), "not a plausible time (it would be 2099-01-01"),
+    ],
+)
+def test_nonsense_amqp_timestamp_is_shown_raw_with_a_note(viewer_client: Client, seconds: int, note: str) -> None:
+    stored = stored_with(message_id=f"ts-{seconds}", timestamp=seconds)
+
+    response = viewer_client.get(f"/messages/{stored.pk}/")
+
+    cell = property_cell(response.content.decode(), "timestamp")
+    assert response.status_code == 200
+    assert cell.startswith(str(seconds)) and note in cell and "<time" not in cell
