@@ -10,7 +10,9 @@ from dlqconsole.alerts.models import (
     PATTERN_SCOPED_KINDS,
     THRESHOLD_HELP,
     WINDOW_KINDS,
+    Alert,
     AlertRule,
+    AlertStatus,
     Channel,
     RuleKind,
 )
@@ -117,3 +119,51 @@ class SilenceForm(forms.Form):
     def until(self) -> dt.datetime | None:
         seconds = self.cleaned_data["duration"]
         return timezone.now() + dt.timedelta(seconds=seconds) if seconds else None
+
+
+# At most this many alerts in one bulk action (a page lists far fewer; the cap only bounds a forged request).
+BULK_MAX = 1000
+
+
+class IdListField(forms.Field):
+    """Repeated `ids` values, as whole numbers."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        values = [str(item).strip() for item in value or []]
+        if not all(item.isdigit() for item in values):
+            raise forms.ValidationError("Alert ids are whole numbers.")
+        return list(dict.fromkeys(int(item) for item in values))
+
+
+class BulkAlertForm(SilenceForm):
+    """Acknowledge or silence the ticked alerts, or every firing one."""
+
+    action = forms.ChoiceField(choices=[("acknowledge", "Acknowledge"), ("silence", "Silence")])
+    scope = forms.ChoiceField(
+        choices=[("selected", "Ticked alerts"), ("firing", "All firing alerts")], initial="selected"
+    )
+    ids = IdListField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["duration"].required = False
+
+    def clean_ids(self) -> list[int]:
+        return self.cleaned_data["ids"][:BULK_MAX]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("scope") == "selected" and not data.get("ids"):
+            raise forms.ValidationError("Tick the alerts to act on, or choose all firing alerts.")
+        if data.get("action") == "silence" and data.get("duration") in (None, ""):
+            self.add_error("duration", "Choose how long to silence the alerts.")
+        return data
+
+    def alerts(self) -> list[Alert]:
+        if self.cleaned_data["scope"] == "firing":
+            chosen = Alert.objects.filter(status=AlertStatus.FIRING)
+        else:
+            chosen = Alert.objects.filter(pk__in=self.cleaned_data["ids"])
+        return list(chosen.select_related("rule").order_by("pk")[:BULK_MAX])

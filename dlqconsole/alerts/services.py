@@ -421,13 +421,7 @@ def enqueue_due_notifications(*, now: dt.datetime | None = None) -> int:
 
 def acknowledge_alert(*, alert: Alert, actor: Actor, now: dt.datetime | None = None) -> Alert:
     """Someone is on it: no more reminders. The alert still resolves (with a notice) when the condition clears."""
-    now = now or timezone.now()
-    updated = Alert.objects.filter(pk=alert.pk, status=AlertStatus.FIRING).update(
-        status=AlertStatus.ACKNOWLEDGED,
-        acknowledged_at=now,
-        acknowledged_by=actor if getattr(actor, "pk", None) else None,
-    )
-    if not updated:
+    if not _acknowledge(alert, actor=actor, now=now or timezone.now()):
         raise AlertError("Only a firing alert can be acknowledged.")
     record_audit(actor=actor, action="alerts.alert.acknowledge", target=f"alert:{alert.pk}", detail=alert.summary)
     alert.refresh_from_db()
@@ -436,13 +430,71 @@ def acknowledge_alert(*, alert: Alert, actor: Actor, now: dt.datetime | None = N
 
 def silence_alert(*, alert: Alert, actor: Actor, until: dt.datetime | None) -> Alert:
     """Send nothing about this alert until `until` (None lifts the silence)."""
-    if not alert.is_open:
+    if not _silence(alert, until=until):
         raise AlertError("A resolved alert cannot be silenced.")
-    alert.silenced_until = until
-    alert.save(update_fields=["silenced_until"])
     detail = f"until {until.isoformat()}" if until else "silence lifted"
     record_audit(actor=actor, action="alerts.alert.silence", target=f"alert:{alert.pk}", detail=detail)
     return alert
+
+
+def _acknowledge(alert: Alert, *, actor: Actor, now: dt.datetime) -> bool:
+    """The lifecycle step of an acknowledgement, shared by one alert and many; False when it was not firing."""
+    return bool(
+        Alert.objects.filter(pk=alert.pk, status=AlertStatus.FIRING).update(
+            status=AlertStatus.ACKNOWLEDGED,
+            acknowledged_at=now,
+            acknowledged_by=actor if getattr(actor, "pk", None) else None,
+        )
+    )
+
+
+def _silence(alert: Alert, *, until: dt.datetime | None) -> bool:
+    """The lifecycle step of a silence, shared by one alert and many; False when the alert is resolved."""
+    if not alert.is_open:
+        return False
+    alert.silenced_until = until
+    alert.save(update_fields=["silenced_until"])
+    return True
+
+
+@dataclass
+class BulkResult:
+    done: list[int]
+    skipped: list[int]
+
+
+def acknowledge_alerts(*, alerts: Iterable[Alert], actor: Actor, now: dt.datetime | None = None) -> BulkResult:
+    """Acknowledge many alerts at once (an incident): each goes through the same step as one acknowledgement, so
+    reminders stop the same way; those no longer firing are skipped. One audit row names them all."""
+    now = now or timezone.now()
+    result = BulkResult(done=[], skipped=[])
+    for alert in alerts:
+        (result.done if _acknowledge(alert, actor=actor, now=now) else result.skipped).append(alert.pk)
+    _record_bulk(actor=actor, action="alerts.alert.bulk_acknowledge", result=result, detail="acknowledged")
+    return result
+
+
+def silence_alerts(*, alerts: Iterable[Alert], actor: Actor, until: dt.datetime | None) -> BulkResult:
+    """Silence many alerts at once (None lifts their silence); resolved ones are skipped. One audit row."""
+    result = BulkResult(done=[], skipped=[])
+    for alert in alerts:
+        (result.done if _silence(alert, until=until) else result.skipped).append(alert.pk)
+    detail = f"silenced until {until.isoformat()}" if until else "silence lifted"
+    _record_bulk(actor=actor, action="alerts.alert.bulk_silence", result=result, detail=detail)
+    return result
+
+
+def _record_bulk(*, actor: Actor, action: str, result: BulkResult, detail: str) -> None:
+    ids = ", ".join(f"#{pk}" for pk in result.done) or "none"
+    skipped = f"; skipped {', '.join(f'#{pk}' for pk in result.skipped)}" if result.skipped else ""
+    record_audit(
+        actor=actor,
+        action=action,
+        target=f"{len(result.done)} alerts",
+        filter={"ids": result.done, "skipped": result.skipped},
+        count=len(result.done),
+        detail=f"{detail}: {ids}{skipped}",
+    )
 
 
 def silence_rule(*, rule: AlertRule, actor: Actor, until: dt.datetime | None) -> AlertRule:

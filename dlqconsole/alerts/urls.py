@@ -7,6 +7,7 @@ from dlqconsole.alerts import views
 app_name = "alerts"
 urlpatterns = [
     path("", views.alert_list, name="list"),
+    path("bulk/", views.alert_bulk, name="bulk"),
     path("<int:pk>/", views.alert_detail, name="detail"),
     path("<int:pk>/acknowledge/", views.alert_acknowledge, name="acknowledge"),
     path("<int:pk>/silence/", views.alert_silence, name="silence"),

@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -19,7 +20,7 @@ from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
 from dlqconsole.alerts import services
-from dlqconsole.alerts.forms import ChannelForm, RuleForm, SilenceForm
+from dlqconsole.alerts.forms import BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
     Alert,
     AlertRule,
@@ -62,19 +63,28 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     if before.isdigit():
         history = history.filter(pk__lt=int(before))
     history_page = list(history[: HISTORY_PAGE + 1])
-    context: dict[str, Any] = {
-        "active": Alert.objects.active().select_related("rule", "acknowledged_by").order_by("status", "-fired_at"),
-        "pending": Alert.objects.filter(status=AlertStatus.PENDING).select_related("rule").order_by("started_at"),
+    context = {
+        **_current_context(request),
         "history": history_page[:HISTORY_PAGE],
         "next_before": history_page[HISTORY_PAGE - 1].pk if len(history_page) > HISTORY_PAGE else None,
-        "state": EvaluationState.objects.filter(pk=1).first(),
-        "silence_form": SilenceForm(),
-        "can_operate": has_role(request.user, OPERATOR),
         "is_admin": has_role(request.user, ADMIN),
-        "now": timezone.now(),
     }
     partial = "history" if request.htmx and request.htmx.target == "alert-history" else "current"
     return render(request, _fragment(request, "alerts/list.html", partial), context)
+
+
+def _current_context(request: HtmxHttpRequest) -> dict[str, Any]:
+    """What the list's self-refreshing "current" section shows."""
+    active = list(Alert.objects.active().select_related("rule", "acknowledged_by").order_by("status", "-fired_at"))
+    return {
+        "active": active,
+        "firing_count": sum(alert.status == AlertStatus.FIRING for alert in active),
+        "pending": Alert.objects.filter(status=AlertStatus.PENDING).select_related("rule").order_by("started_at"),
+        "state": EvaluationState.objects.filter(pk=1).first(),
+        "silence_form": SilenceForm(),
+        "can_operate": has_role(request.user, OPERATOR),
+        "now": timezone.now(),
+    }
 
 
 @require_GET
@@ -141,6 +151,37 @@ def alert_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         )
     alert.refresh_from_db()
     return _alert_response(request, alert)
+
+
+@require_POST
+def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
+    """Acknowledge or silence the ticked alerts (or every firing one) in one go, during an incident."""
+    require_role(request.user, OPERATOR)
+    form = BulkAlertForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(str(error) for error in errors))
+    elif form.cleaned_data["action"] == "acknowledge":
+        result = services.acknowledge_alerts(alerts=form.alerts(), actor=request.user)
+        _bulk_message(request, result, done="Acknowledged", skipped="no longer firing")
+    else:
+        until = form.until()
+        result = services.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
+        done = f"Silenced until {timezone.localtime(until):%Y-%m-%d %H:%M}:" if until else "Silence lifted for"
+        _bulk_message(request, result, done=done, skipped="already resolved")
+    if request.htmx:
+        return render(request, "alerts/list.html#current", _current_context(request))
+    return redirect("alerts:list")
+
+
+def _bulk_message(request: HttpRequest, result: services.BulkResult, *, done: str, skipped: str) -> None:
+    count = len(result.done)
+    if count:
+        messages.success(request, f"{done} {count} alert{pluralize(count)}.")
+    if result.skipped:
+        messages.warning(request, f"{len(result.skipped)} skipped: {skipped}.")
+    if not count and not result.skipped:
+        messages.warning(request, "No alert to act on.")
 
 
 # Watched queues -------------------------------------------------------------------------------------------------
