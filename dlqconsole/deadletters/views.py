@@ -360,14 +360,15 @@ def _keyset_page(
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
     body = bytes(dead_letter.body)
+    timeline = death_timeline(dead_letter.x_death)
     context = {
         "letter": dead_letter,
         "shown": show_body(
             body=body, content_type=dead_letter.content_type, content_encoding=dead_letter.content_encoding
         ),
-        "headers": header_rows(dead_letter.headers),
+        "headers": _header_rows(dead_letter),
         "properties": _property_rows(dead_letter.properties, now=timezone.now()),
-        "timeline": death_timeline(dead_letter.x_death),
+        "timeline": timeline,
         "ancestors": _ancestors(dead_letter),
         "boomerangs": list(
             dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
@@ -389,6 +390,25 @@ class FieldRow:
     # A time to show as a date (the value itself then stays beside it, small).
     moment: dt.datetime | None = None
     note: str = ""
+    # An anchor on this page where the value is shown instead (x-death: the death history).
+    shown_at: str = ""
+
+
+def _header_rows(dead_letter: DeadLetter) -> list[FieldRow]:
+    """The headers in order of name, ignoring case, so x-death, x-first-death-* and x-last-death-* sit where a
+    reader looks for them; x-death itself is a pointer to the death history, where its entries are shown."""
+    rows = [FieldRow(name=name, value=value, kind=kind) for name, value, kind in header_rows(dead_letter.headers)]
+    if dead_letter.x_death:
+        entries = len(dead_letter.x_death) if isinstance(dead_letter.x_death, list) else 1
+        rows.append(
+            FieldRow(
+                name="x-death",
+                value=f"{entries} {'entry' if entries == 1 else 'entries'}, shown in the death history",
+                kind="array",
+                shown_at="death-history",
+            )
+        )
+    return sorted(rows, key=lambda row: (row.name.casefold(), row.name))
 
 
 def _property_rows(properties: Any, *, now: dt.datetime) -> list[FieldRow]:

@@ -120,3 +120,38 @@ def test_nonsense_amqp_timestamp_is_shown_raw_with_a_note(viewer_client: Client,
     cell = property_cell(response.content.decode(), "timestamp")
     assert response.status_code == 200
     assert cell.startswith(str(seconds)) and note in cell and "<time" not in cell
+
+
+def header_names(html: str) -> list[str]:
+    return re.findall(r'<td class="mono small nowrap" data-testid="header-name">(.*?)</td>', html)
+
+
+def test_headers_are_sorted_by_name_ignoring_case(viewer_client: Client) -> None:
+    stored = stored_with(
+        message_id="sorted-1",
+        headers={
+            "zeta": "last",
+            "Tenant": "acme",
+            "x-first-death-queue": "orders",
+            "x-first-death-reason": "rejected",
+            "alpha": "first",
+            "x-exception-message": "boom",
+            "X-Last-Death-Queue": "orders",
+        },
+    )
+
+    html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert header_names(html) == [
+        "alpha",
+        "Tenant",
+        "x-death",
+        "x-exception-message",
+        "x-first-death-queue",
+        "x-first-death-reason",
+        "X-Last-Death-Queue",
+        "zeta",
+    ]
+    # x-death is listed where it sorts, pointing to the death history that shows its entries.
+    assert '<a class="muted" href="#death-history">1 entry, shown in the death history</a>' in html
+    assert 'id="death-history"' in html
