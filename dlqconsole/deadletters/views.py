@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
 
+from django.conf import settings
 from django.contrib import messages
 from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
@@ -398,6 +399,14 @@ def _header_rows(dead_letter: DeadLetter) -> list[FieldRow]:
     """The headers in order of name, ignoring case, so x-death, x-first-death-* and x-last-death-* sit where a
     reader looks for them; x-death itself is a pointer to the death history, where its entries are shown."""
     rows = [FieldRow(name=name, value=value, kind=kind) for name, value, kind in header_rows(dead_letter.headers)]
+    trace = _stack_trace_header(rows) if dead_letter.stack_trace else None
+    if trace is not None:
+        lines = len(dead_letter.stack_trace.splitlines())
+        rows[trace] = replace(
+            rows[trace],
+            value=f"the stack trace ({lines} {'line' if lines == 1 else 'lines'}), shown above under Failure",
+            shown_at="stack-trace",
+        )
     if dead_letter.x_death:
         entries = len(dead_letter.x_death) if isinstance(dead_letter.x_death, list) else 1
         rows.append(
@@ -409,6 +418,18 @@ def _header_rows(dead_letter: DeadLetter) -> list[FieldRow]:
             )
         )
     return sorted(rows, key=lambda row: (row.name.casefold(), row.name))
+
+
+def _stack_trace_header(rows: list[FieldRow]) -> int | None:
+    """Which row holds the stack trace the Failure card shows: the first of DLQ_STACK_TRACE_HEADERS that has a
+    value, as ingest chose it (names compared without regard to case)."""
+    ranks: dict[str, int] = {}
+    for rank, name in enumerate(settings.DLQ_STACK_TRACE_HEADERS):
+        ranks.setdefault(name.lower(), rank)
+    found = [
+        (ranks[row.name.lower()], index) for index, row in enumerate(rows) if row.name.lower() in ranks and row.value
+    ]
+    return min(found)[1] if found else None
 
 
 def _property_rows(properties: Any, *, now: dt.datetime) -> list[FieldRow]:

@@ -155,3 +155,32 @@ def test_headers_are_sorted_by_name_ignoring_case(viewer_client: Client) -> None
     # x-death is listed where it sorts, pointing to the death history that shows its entries.
     assert '<a class="muted" href="#death-history">1 entry, shown in the death history</a>' in html
     assert 'id="death-history"' in html
+
+
+TRACE = 'Traceback (most recent call last):\n  File "/app/shop/orders.py", line 12, in create\nValueError: bad <order>'
+
+
+def test_the_stack_trace_is_shown_once_in_the_failure_card(viewer_client: Client) -> None:
+    stored = stored_with(
+        message_id="trace-1",
+        headers={"x-exception-message": "bad order", "x-exception-stacktrace": TRACE, "x-note": "kept"},
+    )
+
+    html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert html.count("Traceback (most recent call last)") == 1
+    assert '<pre data-testid="stack-trace">Traceback (most recent call last):' in html
+    assert "ValueError: bad &lt;order&gt;</pre>" in html
+    assert '<a class="muted" href="#stack-trace">the stack trace (3 lines), shown above under Failure</a>' in html
+    assert "x-exception-stacktrace" in header_names(html)
+
+
+def test_only_the_trace_header_the_failure_card_shows_is_replaced(viewer_client: Client) -> None:
+    """Two trace headers: ingest takes the first of DLQ_STACK_TRACE_HEADERS; the other keeps its value."""
+    stored = stored_with(message_id="trace-2", headers={"traceback": "an older trace", "X-Exception-StackTrace": TRACE})
+
+    html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert stored.stack_trace == TRACE
+    assert html.count("Traceback (most recent call last)") == 1
+    assert "an older trace" in html
