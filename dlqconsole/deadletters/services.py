@@ -8,6 +8,7 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - assign_pattern(*, pattern, owner, actor, note=None) -> FailurePattern      (owner None: nobody)
 - set_pattern_note(*, pattern, note, actor) -> FailurePattern
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
+- merge_warnings(*, target, sources) -> list[str]                          (what differs, for a preview)
 - split_pattern(*, pattern, name, actor, regex="", header="") -> FailurePattern   (the new pattern)
 - preview_split(*, pattern, regex="", header="", limit=10000) -> int        (how many a split would take)
 - save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
@@ -276,6 +277,26 @@ def _record_both(kind: str, details: dict[FailurePattern, str], *, actor: Actor,
         PatternEvent(pattern=pattern, kind=kind, detail=detail, actor=user, created_at=now)
         for pattern, detail in details.items()
     )
+
+
+def merge_warnings(*, target: FailurePattern, sources: Sequence[FailurePattern]) -> list[str]:
+    """What an operator should know before merging `sources` into `target`: the differences that mean the merged
+    pattern would hold failures of different causes (and one bulk retry would replay them all)."""
+    warnings: list[str] = []
+    for pattern in sources:
+        differences = []
+        if pattern.error_type != target.error_type:
+            differences.append(f"error type {pattern.error_type or '(none)'} (target: {target.error_type or '(none)'})")
+        if pattern.failure_reason != target.failure_reason:
+            differences.append(f"reason {pattern.failure_reason} (target: {target.failure_reason})")
+        if pattern.transient != target.transient:
+            kind = "transient" if pattern.transient else "permanent"
+            differences.append(f"a {kind} failure (the target's is not)")
+        if differences:
+            warnings.append(f"#{pattern.pk} has " + ", ".join(differences) + ".")
+        if pattern.status != target.status and pattern.status != PatternStatus.OPEN:
+            warnings.append(f"#{pattern.pk} is {pattern.status}; the merged pattern keeps the target's status.")
+    return warnings
 
 
 def merge_patterns(

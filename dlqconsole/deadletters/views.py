@@ -7,6 +7,7 @@ Each page answers a normal request with the whole page and an htmx request with 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
@@ -52,6 +53,7 @@ from dlqconsole.deadletters.services import (
     PatternError,
     assign_pattern,
     merge_patterns,
+    merge_warnings,
     preview_split,
     set_pattern_status,
     split_pattern,
@@ -228,6 +230,13 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "trend": trend,
         "events": list(pattern.events.select_related("actor")[:50]),
         "absorbed": list(pattern.absorbed.all()[:50]),
+        # Candidates for a merge into this one: the same error type and reason, most recently seen first.
+        "similar": list(
+            FailurePattern.objects.active()
+            .filter(error_type=pattern.error_type, failure_reason=pattern.failure_reason)
+            .exclude(pk=pattern.pk)
+            .order_by("-last_seen_at")[:10]
+        ),
         "recent": list(
             DeadLetter.objects.filter(pattern=pattern)
             .visible()
@@ -632,26 +641,48 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
+    """Merge patterns: first a preview (full templates, counts, what differs, a choice of target), then the merge.
+    Sources come from ticked boxes and from typed pattern numbers ('12, #15 31')."""
     require_role(request.user, OPERATOR)
     back_url = _back(request, reverse("deadletters:patterns"))
     try:
-        target_id = int(request.POST.get("target", ""))
-        source_ids = sorted({int(value) for value in request.POST.getlist("sources")} - {target_id})
+        target_id = int(request.POST.get("target", "").strip().lstrip("#"))
+        chosen = {
+            int(token.lstrip("#"))
+            for value in request.POST.getlist("sources")
+            for token in re.split(r"[\s,;]+", value)
+            if token.lstrip("#")
+        }
     except ValueError:
-        messages.error(request, "Choose the patterns to merge and the one to merge them into.")
+        messages.error(request, "Choose the patterns to merge (pattern numbers) and the one to merge them into.")
         return redirect(back_url)
-    target = get_object_or_404(FailurePattern, pk=target_id)
-    sources = list(FailurePattern.objects.filter(pk__in=source_ids))
+    target = get_object_or_404(FailurePattern.objects.select_related("merged_into"), pk=target_id)
+    sources = list(FailurePattern.objects.filter(pk__in=chosen - {target_id}).order_by("pk"))
+    unknown = sorted(chosen - {target_id} - {pattern.pk for pattern in sources})
+    if unknown:
+        messages.error(request, "No pattern " + ", ".join(f"#{pk}" for pk in unknown) + "; nothing was merged.")
+        return redirect(back_url)
     if not sources:
         messages.error(request, "Tick at least one pattern other than the target.")
         return redirect(back_url)
+    if request.POST.get("action") != "merge":
+        blocked = [pattern for pattern in [target, *sources] if pattern.merged_into_id is not None]
+        context = {
+            "target": target,
+            "sources": sources,
+            "moving": sum(pattern.total_count for pattern in sources),
+            "warnings": merge_warnings(target=target, sources=sources),
+            "blocked": blocked,
+            "back_url": back_url,
+        }
+        return render(request, "deadletters/merge_preview.html", context)
     try:
-        merge_patterns(sources=sources, target=target, actor=request.user)
+        moved = merge_patterns(sources=sources, target=target, actor=request.user)
     except PatternError as problem:
         messages.error(request, str(problem))
         return redirect(back_url)
-    messages.success(request, f"Merged {len(sources)} pattern(s) into #{target.pk}.")
-    return redirect(back_url)
+    messages.success(request, f"Merged {len(sources)} pattern(s), {moved} dead letter(s), into #{target.pk}.")
+    return redirect("deadletters:pattern", pk=target.pk)
 
 
 # Edit and retry ------------------------------------------------------------------------------------------------

@@ -109,24 +109,62 @@ def test_operator_takes_a_pattern_and_writes_a_note(operator: User) -> None:
     assert (pattern.owner_id, pattern.note) == (operator.pk, "<b>inventory</b> is down")
 
 
-def test_operator_merges_patterns_and_the_counters_follow(operator: User) -> None:
+def test_operator_merges_patterns_after_a_preview_and_the_counters_follow(operator: User) -> None:
     timeouts = many(3)
     declines = many(2, error="card declined", error_type="CardError")
     target = FailurePattern.objects.get(pk=timeouts[0].pattern_id)
     source = FailurePattern.objects.get(pk=declines[0].pattern_id)
+    client = client_for(operator)
+    form = {"target": target.pk, "sources": [source.pk, target.pk], "next": "/patterns/"}
 
-    response = client_for(operator).post(
-        "/patterns/merge/", {"target": target.pk, "sources": [source.pk, target.pk], "next": "/patterns/"}
-    )
+    preview = client.post("/patterns/merge/", form)
+    unchanged = FailurePattern.objects.get(pk=source.pk).merged_into_id
+    response = client.post("/patterns/merge/", {**form, "action": "merge"})
 
-    assert response.status_code == 302
+    page = preview.content.decode()
+    assert preview.status_code == 200 and unchanged is None
+    assert "card declined" in page and 'data-testid="merge-warnings"' in page
+    assert f"#{source.pk} has error type CardError" in page
+    assert response.status_code == 302 and response["Location"] == f"/patterns/{target.pk}/"
     source.refresh_from_db()
     assert source.merged_into_id == target.pk
     assert DeadLetter.objects.filter(pattern=target).count() == 5
     assert sum(DeadLetterCount.objects.filter(pattern=target).values_list("count", flat=True)) == 5
-    assert "/patterns/" in response["Location"]
-    listed = client_for(operator).get("/patterns/").content.decode()
+    listed = client.get("/patterns/").content.decode()
     assert f'id="pattern-{source.pk}"' not in listed and f'id="pattern-{target.pk}"' in listed
+    assert AuditEntry.objects.get(action="pattern.merge").count == 2
+
+
+def test_merge_preview_lets_the_operator_choose_another_target_and_reads_typed_numbers(operator: User) -> None:
+    first = FailurePattern.objects.get(pk=many(1, error="disk full on <b>db-1</b>")[0].pattern_id)
+    second = FailurePattern.objects.get(pk=many(2, error="no space left on device")[0].pattern_id)
+    client = client_for(operator)
+
+    preview = client.post("/patterns/merge/", {"target": first.pk, "sources": [f"#{second.pk}, "]})
+    merged = client.post("/patterns/merge/", {"target": second.pk, "sources": [first.pk, second.pk], "action": "merge"})
+    unknown = client.post("/patterns/merge/", {"target": second.pk, "sources": ["999999"]})
+
+    page = preview.content.decode()
+    assert "disk full on &lt;b&gt;" in page and "<b>" not in page  # the full template, escaped
+    assert 'data-testid="merge-warnings"' not in page
+    assert merged["Location"] == f"/patterns/{second.pk}/"
+    first.refresh_from_db()
+    assert first.merged_into_id == second.pk
+    assert "No pattern #999999" in client.get(unknown["Location"]).content.decode()
+
+
+def test_pattern_page_offers_similar_patterns_to_merge(operator: User, viewer: User) -> None:
+    target = FailurePattern.objects.get(pk=many(1, error="card declined", error_type="CardError")[0].pattern_id)
+    similar = FailurePattern.objects.get(pk=many(1, error="issuer unavailable", error_type="CardError")[0].pattern_id)
+    other = FailurePattern.objects.get(pk=many(1, error="disk full")[0].pattern_id)
+
+    page = client_for(operator).get(f"/patterns/{target.pk}/").content.decode()
+    seen_by_viewer = client_for(viewer).get(f"/patterns/{target.pk}/").content.decode()
+
+    section = page[page.index('id="merge"') :]
+    assert f'value="{similar.pk}"' in section and "issuer unavailable" in section
+    assert f'value="{other.pk}"' not in section
+    assert 'id="merge"' not in seen_by_viewer
 
 
 def test_merge_without_a_source_is_explained(operator: User) -> None:
