@@ -37,6 +37,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
 from django.utils import timezone
 
+from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.models import (
     DeadLetter,
@@ -115,6 +116,8 @@ def assign_pattern(
     """Give a pattern an owner (None: nobody) and, when `note` is given, replace its note."""
     if owner is not None and not getattr(owner, "is_active", False):
         raise PatternError(f"{owner} is not an active user and cannot own a pattern.")
+    if owner is not None and not has_role(owner, OPERATOR):
+        raise PatternError(f"{owner} may only read (viewer) and cannot own a pattern; owners act on it.")
     return _change_owner_or_note(pattern=pattern, owner=owner, change_owner=True, note=note, actor=actor, now=now)
 
 

@@ -14,6 +14,7 @@ from uuid import uuid4
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -65,6 +66,8 @@ from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
 from dlqconsole.operations.models import OperationItem
 
 PAGE_SIZE = 50
+# The owner list of a pattern page offers at most this many users (the current owner is always offered).
+MAX_OWNER_CHOICES = 200
 # The messages page stops a search that runs longer than this (PostgreSQL) and asks for a narrower filter.
 PAGE_QUERY_TIMEOUT_MS = 5000
 
@@ -224,6 +227,7 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     )
     trend = selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[pattern.pk]
     context = {
+        "owners": _owner_choices(),
         "pattern": pattern,
         "cells": cells,
         "waiting": sum(cell.count for cell in cells if cell.status in selectors.WAITING),
@@ -586,9 +590,20 @@ def _pattern_fragment(
     return render(request, "deadletters/patterns.html#row", context)
 
 
+def _owner_choices() -> list[Any]:
+    """Who may own a pattern: active users who may act on it (operators and admins), by name."""
+    users = get_user_model().objects.filter(is_active=True)
+    return list(
+        users.filter(Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]))
+        .distinct()
+        .order_by("username")[:MAX_OWNER_CHOICES]
+    )
+
+
 def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *, back_url: str) -> HttpResponse:
     cells = DeadLetterCount.objects.filter(pattern=pattern, status__in=selectors.WAITING, count__gt=0)
     context = {
+        "owners": _owner_choices(),
         "pattern": pattern,
         "waiting": sum(cell.count for cell in cells),
         "trend": selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[
@@ -626,7 +641,15 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern, pk=pk)
     back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
-    owner = request.user if request.POST.get("take") else None
+    owner: Any
+    if "owner" in request.POST:
+        chosen = request.POST["owner"]
+        owner = get_user_model().objects.filter(pk=int(chosen)).first() if chosen.isdigit() else None
+        if chosen and owner is None:
+            messages.error(request, "That user does not exist.")
+            return redirect(back_url)
+    else:  # the older form: a tick box "I own this"
+        owner = request.user if request.POST.get("take") else None
     try:
         assign_pattern(pattern=pattern, owner=owner, note=request.POST.get("note", pattern.note), actor=request.user)
     except PatternError as problem:

@@ -109,6 +109,30 @@ def test_operator_takes_a_pattern_and_writes_a_note(operator: User) -> None:
     assert (pattern.owner_id, pattern.note) == (operator.pk, "<b>inventory</b> is down")
 
 
+def test_operator_gives_a_pattern_to_another_operator_but_not_to_a_viewer(
+    operator: User, admin_user: User, viewer: User
+) -> None:
+    (stored,) = many(1)
+    client = client_for(operator)
+    page = client.get(f"/patterns/{stored.pattern_id}/").content.decode()
+
+    given = client.post(f"/patterns/{stored.pattern_id}/assign/", {"owner": str(admin_user.pk), "note": "db team"})
+    owner_after_give = FailurePattern.objects.get(pk=stored.pattern_id).owner_id
+    refused = client.post(f"/patterns/{stored.pattern_id}/assign/", {"owner": str(viewer.pk), "note": "db team"})
+    refused_page = client.get(refused["Location"]).content.decode()
+    cleared = client.post(f"/patterns/{stored.pattern_id}/assign/", {"owner": "", "note": ""}, headers=HX)
+
+    owners = page[page.index('id="p-owner"') : page.index("</select>", page.index('id="p-owner"'))]
+    assert f'value="{admin_user.pk}"' in owners and f'value="{operator.pk}"' in owners
+    assert f'value="{viewer.pk}"' not in owners
+    assert given.status_code == 302 and owner_after_give == admin_user.pk
+    assert "cannot own a pattern" in refused_page
+    assert cleared.status_code == 200
+    pattern = FailurePattern.objects.get(pk=stored.pattern_id)
+    assert (pattern.owner_id, pattern.note) == (None, "")
+    assert AuditEntry.objects.filter(action="pattern.assign", actor=operator).count() == 2
+
+
 def test_operator_merges_patterns_after_a_preview_and_the_counters_follow(operator: User) -> None:
     timeouts = many(3)
     declines = many(2, error="card declined", error_type="CardError")
