@@ -82,8 +82,14 @@ def replay_properties(
     return pika.BasicProperties(headers=headers, **values)
 
 
-def check_destinations(destinations: Iterable[Destination], *, url: str | None = None) -> dict[Destination, str]:
+def check_destinations(
+    destinations: Iterable[Destination],
+    *,
+    url: str | None = None,
+    queue_state: dict[str, tuple[int, int]] | None = None,
+) -> dict[Destination, str]:
     """Why each destination cannot take messages ("" when it can), by passive declares of its exchange and queue.
+    When `queue_state` is given, it receives each existing destination queue's (ready messages, consumers).
 
     A binding cannot be checked over AMQP; an unroutable message is caught at publish time (mandatory=True).
     """
@@ -103,7 +109,9 @@ def check_destinations(destinations: Iterable[Destination], *, url: str | None =
                 problem = exchanges[destination.exchange]
             if not problem and destination.queue:
                 if destination.queue not in queues:
-                    queues[destination.queue], channel = _passive(connection, channel, queue=destination.queue)
+                    queues[destination.queue], channel = _passive(
+                        connection, channel, queue=destination.queue, state=queue_state
+                    )
                 problem = queues[destination.queue]
             problems[destination] = problem
     finally:
@@ -113,13 +121,20 @@ def check_destinations(destinations: Iterable[Destination], *, url: str | None =
 
 
 def _passive(
-    connection: pika.BlockingConnection, channel: Any, *, exchange: str = "", queue: str = ""
+    connection: pika.BlockingConnection,
+    channel: Any,
+    *,
+    exchange: str = "",
+    queue: str = "",
+    state: dict[str, tuple[int, int]] | None = None,
 ) -> tuple[str, Any]:
     try:
         if exchange:
             channel.exchange_declare(exchange=exchange, passive=True)
         else:
-            channel.queue_declare(queue=queue, passive=True)
+            declared = channel.queue_declare(queue=queue, passive=True)
+            if state is not None:
+                state[queue] = (declared.method.message_count, declared.method.consumer_count)
     except ChannelClosedByBroker as error:
         # A failed passive declare closes the channel; open a fresh one for the next check.
         what = f"exchange {exchange!r}" if exchange else f"queue {queue!r}"

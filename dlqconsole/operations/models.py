@@ -226,6 +226,16 @@ class Operation(models.Model):
         return dt.timedelta(seconds=self.remaining * elapsed / self.processed)
 
     @property
+    def destination_queues(self) -> list[tuple[str, int, int]]:
+        """(queue, ready messages, consumers) of each destination queue, as the broker told when planning."""
+        found = (self.breakdown or {}).get("destination_queues") or {}
+        return [
+            (str(name), int(state.get("messages", 0)), int(state.get("consumers", 0)))
+            for name, state in found.items()
+            if isinstance(state, dict)
+        ]
+
+    @property
     def target_display(self) -> str:
         if self.target_queue:
             return f"queue {self.target_queue}"

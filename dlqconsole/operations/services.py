@@ -263,17 +263,26 @@ def _find_unreplayable(operation: Operation) -> None:
     groups = _destination_groups(operation)
     reasons: Counter[str] = Counter()
     reasons[NO_DESTINATION] = groups.pop(None, 0)
+    state: dict[str, tuple[int, int]] = {}
     try:
-        problems = check_destinations({destination for destination in groups if destination is not None})
+        problems = check_destinations(
+            {destination for destination in groups if destination is not None}, queue_state=state
+        )
     except Exception as error:  # noqa: BLE001  (a plan is still useful without the broker's view)
         operation.last_error = f"could not check the destinations on RabbitMQ: {error}"[:2000]
         problems = {}
+    # What the destination queues looked like when the plan was made: a queue nobody consumes, or one already
+    # deep, is worth a second look (and a lower rate) before replaying into it.
+    operation.breakdown["destination_queues"] = {
+        name: {"messages": messages, "consumers": consumers}
+        for name, (messages, consumers) in sorted(state.items())[:BREAKDOWN_ROWS]
+    }
     for destination, n in groups.items():
         if destination is not None and problems.get(destination):
             reasons[problems[destination]] += n
     operation.unreplayable_reasons = {reason: n for reason, n in reasons.most_common() if n}
     operation.unreplayable = sum(operation.unreplayable_reasons.values())
-    operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error"])
+    operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error", "breakdown"])
 
 
 def _describe(operation: Operation) -> str:
