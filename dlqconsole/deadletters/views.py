@@ -63,7 +63,8 @@ from dlqconsole.deadletters.services import (
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.envelope import EARLIEST as TIMESTAMP_EARLIEST
 from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
-from dlqconsole.operations.models import OperationItem
+from dlqconsole.operations.destinations import retry_destination
+from dlqconsole.operations.models import ALLOWED_STATUSES, OperationItem, OperationKind
 
 PAGE_SIZE = 50
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
@@ -390,6 +391,7 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "edits": list(dead_letter.edits.order_by("id").only("id", "status", "ingested_at")[:50]),
         "history": _operation_history(dead_letter),
         "kinds": _actions_for(request, dead_letter),
+        "retry": _quick_retry(request, dead_letter),
     }
     return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
 
@@ -495,10 +497,30 @@ def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tupl
         if dead_letter.status == DeadLetterStatus.ARCHIVED:
             kinds.append(("restore", "Restore"))
         else:
-            kinds += [("retry", "Retry"), ("move", "Move"), ("archive", "Archive")]
+            # Retry is a button of its own (_quick_retry); the plan page stays for the other kinds.
+            kinds += [("move", "Move"), ("archive", "Archive")]
     if has_role(request.user, ADMIN):
         kinds.append(("purge", "Purge"))
     return kinds
+
+
+def _quick_retry(request: HtmxHttpRequest, dead_letter: DeadLetter) -> dict[str, Any] | None:
+    """The Retry button of an operator, for a message a retry can take: where it goes, and a fresh submission
+    token (one per page load, so a double click retries once). None when the button is not shown."""
+    if not has_role(request.user, OPERATOR) or dead_letter.status not in ALLOWED_STATUSES[OperationKind.RETRY]:
+        return None
+    destination = retry_destination(
+        exchange=dead_letter.original_exchange,
+        routing_keys=dead_letter.original_routing_keys,
+        queue=dead_letter.original_queue,
+    )
+    if destination is None:
+        return {"destination": None}
+    return {
+        "destination": str(destination),
+        "submission": uuid4().hex,
+        "confirm": f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?",
+    }
 
 
 @require_GET

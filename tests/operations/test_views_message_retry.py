@@ -1,0 +1,226 @@
+"""Retry one message from its page: one button (and its confirm dialog), one POST that plans and starts a retry
+of just that message, for operators only, once per submission token."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+import threading
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
+from django.db import connection as db_connection
+from django.test import Client
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.core.amqp import connect
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+from tests.deadletters.page_world import ingest, letter
+
+pytestmark = [pytest.mark.django_db]
+
+SUBMISSION = "7" * 32
+
+
+def client_for(user: User, **options: bool) -> Client:
+    client = Client(**options)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    """The run tasks the retries enqueue go to this run's Celery queue; emptied afterwards."""
+    yield settings.CELERY_TASK_DEFAULT_QUEUE
+    connection = connect(settings.AMQP_URL)
+    channel = connection.channel()
+    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
+    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    connection.close()
+
+
+def retry_form(page: str) -> dict[str, str]:
+    """The Retry form of a message page: its action, confirm text and hidden fields."""
+    found = re.search(r'<form method="post" action="([^"]+)" data-confirm="([^"]*)">(.*?)</form>', page, re.S)
+    assert found, "no Retry form on the page"
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', found.group(3)))
+    return {"action": found.group(1), "confirm": html_lib.unescape(found.group(2)), **fields}
+
+
+def test_message_page_offers_retry_as_a_button_naming_the_destination(operator: User) -> None:
+    (stored,) = ingest(letter(exchange="shop", routing_key="orders.created"))
+
+    page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+
+    form = retry_form(page)
+    assert form["action"] == f"/operations/retry-message/{stored.pk}/"
+    assert form["confirm"] == f"Retry dead letter #{stored.pk}: publish it again to exchange shop / orders.created?"
+    assert re.fullmatch(r"[0-9a-f]{32}", form["submission"]) and form["status"] == "parked"
+    assert "csrfmiddlewaretoken" in form
+    # Retry no longer goes through the plan page; move, archive and purge still do.
+    assert "kind=retry" not in page
+    assert f"kind=move&amp;ids={stored.pk}" in page and f"kind=archive&amp;ids={stored.pk}" in page
+
+
+def test_retry_plans_and_starts_an_operation_for_the_one_message(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    stored, other = ingest(letter(), letter())
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        response = client_for(operator).post(
+            f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
+        )
+
+    operation = Operation.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/operations/{operation.pk}/"
+    assert operation.kind == OperationKind.RETRY and operation.status == OperationStatus.RUNNING
+    assert operation.created_by == operator
+    assert list(operation.items.values_list("dead_letter_id", flat=True)) == [stored.pk]
+    assert operation.filter == {"ids": [stored.pk], "status": ["parked"]}
+    assert len(enqueued) == 1
+    audit = AuditEntry.objects.get(action="deadletter.retry")
+    assert audit.target == f"deadletter:{stored.pk}" and audit.actor == operator and audit.count == 1
+    assert audit.detail == f"operation {operation.pk}; submission {SUBMISSION}"
+    assert {"operation.retry.plan", "operation.retry.start"} <= set(AuditEntry.objects.values_list("action", flat=True))
+    assert DeadLetter.objects.get(pk=other.pk).status == DeadLetterStatus.PARKED
+
+
+def test_the_same_retry_sent_twice_starts_one_operation(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    (stored,) = ingest(letter())
+    form = {"submission": SUBMISSION, "status": "parked"}
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        first = client_for(operator).post(f"/operations/retry-message/{stored.pk}/", form)
+    with django_capture_on_commit_callbacks(execute=True) as enqueued_again:
+        again = client_for(operator).post(f"/operations/retry-message/{stored.pk}/", form)
+
+    assert first.status_code == 302 and again.status_code == 302
+    assert again["Location"] == first["Location"]
+    assert Operation.objects.count() == 1
+    assert len(enqueued) == 1 and enqueued_again == []
+    assert AuditEntry.objects.filter(action="deadletter.retry").count() == 1
+
+
+def test_a_new_page_load_may_retry_again(operator: User, celery_queue: str) -> None:
+    (stored,) = ingest(letter())
+    client = client_for(operator)
+
+    client.post(f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"})
+    client.post(f"/operations/retry-message/{stored.pk}/", {"submission": "8" * 32, "status": "parked"})
+
+    assert Operation.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_double_click_racing_itself_starts_one_operation(operator: User, celery_queue: str) -> None:
+    """Two requests with one token at once: the second waits on the message's row lock, then finds the
+    operation of the first."""
+    (stored,) = ingest(letter())
+    start = threading.Barrier(2)
+    locations: list[str] = []
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            client = client_for(operator)
+            start.wait()
+            response = client.post(
+                f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
+            )
+            locations.append(response["Location"])
+        except BaseException as error:  # noqa: BLE001  (reported by the assertion below)
+            errors.append(error)
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    operation = Operation.objects.get()
+    assert locations == [f"/operations/{operation.pk}/"] * 2
+    assert AuditEntry.objects.filter(action="deadletter.retry").count() == 1
+
+
+def test_viewer_cannot_retry(viewer: User, celery_queue: str) -> None:
+    (stored,) = ingest(letter())
+
+    response = client_for(viewer).post(
+        f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
+    )
+
+    assert response.status_code == 403
+    assert Operation.objects.count() == 0
+    assert not AuditEntry.objects.exists()
+    assert DeadLetter.objects.get(pk=stored.pk).status == DeadLetterStatus.PARKED
+
+
+def test_retry_needs_the_csrf_token(operator: User) -> None:
+    (stored,) = ingest(letter())
+
+    response = client_for(operator, enforce_csrf_checks=True).post(
+        f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
+    )
+
+    assert response.status_code == 403
+    assert Operation.objects.count() == 0
+
+
+def test_retry_is_a_post_with_a_submission_token(operator: User) -> None:
+    (stored,) = ingest(letter())
+    client = client_for(operator)
+
+    assert client.get(f"/operations/retry-message/{stored.pk}/").status_code == 405
+    assert client.post(f"/operations/retry-message/{stored.pk}/", {"status": "parked"}).status_code == 400
+    assert client.post(f"/operations/retry-message/{stored.pk + 1000}/", {"submission": SUBMISSION}).status_code == 404
+    assert Operation.objects.count() == 0
+
+
+def test_a_message_that_changed_since_the_page_was_loaded_is_not_retried(operator: User) -> None:
+    (stored,) = ingest(letter())
+    DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED)
+
+    response = client_for(operator).post(
+        f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
+    )
+
+    assert response.status_code == 302 and response["Location"] == f"/messages/{stored.pk}/"
+    assert Operation.objects.count() == 0
+    (warning,) = [str(message) for message in get_messages(response.wsgi_request)]
+    assert "is replayed now" in warning and "nothing was retried" in warning
+
+
+def test_a_message_a_retry_cannot_take_is_refused_with_the_reason(operator: User) -> None:
+    (stored,) = ingest(letter())
+    DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.ARCHIVED)
+
+    response = client_for(operator).post(
+        f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "archived"}
+    )
+
+    assert response["Location"] == f"/messages/{stored.pk}/"
+    assert Operation.objects.count() == 0
+    (error,) = [str(message) for message in get_messages(response.wsgi_request)]
+    assert error.startswith(f"Dead letter #{stored.pk} was not retried: a retry cannot act on")
+    page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+    assert "/operations/retry-message/" not in page and "kind=restore" in page
+
+
+def test_a_message_with_nowhere_to_go_offers_no_retry(operator: User) -> None:
+    (stored,) = ingest(letter())
+    DeadLetter.objects.filter(pk=stored.pk).update(original_exchange="", original_routing_keys=[], original_queue="")
+
+    page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+
+    assert "/operations/retry-message/" not in page
+    assert "No retry: its x-death names no queue, exchange or routing key" in page
