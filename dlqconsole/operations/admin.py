@@ -96,6 +96,7 @@ class OperationAdmin(ReadOnlyAdmin):
         "canary_wait_seconds",
         "canary_until",
         "canary_passed",
+        "canary_failed",
         "max_return_share",
         "automatic",
         "total",

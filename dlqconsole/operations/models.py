@@ -121,7 +121,8 @@ class Operation(models.Model):
     canary_wait_seconds = models.IntegerField(default=60)
     # When the canary's last message was confirmed and until when we watch for boomerangs.
     canary_until = models.DateTimeField(null=True, blank=True)
-    canary_passed = models.BooleanField(default=False)
+    canary_passed = models.BooleanField(default=False)  # its wait ended with none of its messages back
+    canary_failed = models.BooleanField(default=False)  # one came back (or failed): it paused the operation
     # Pause automatically when more than this share of published messages came back to a DLQ.
     max_return_share = models.FloatField(default=0.2)
     automatic = models.BooleanField(default=False, help_text="Started by a retry policy, not a person.")
@@ -224,6 +225,25 @@ class Operation(models.Model):
         if elapsed <= 0 or self.processed == 0:
             return None
         return dt.timedelta(seconds=self.remaining * elapsed / self.processed)
+
+    @property
+    def canary_label(self) -> str:
+        """How the canary went, in words: for the operation page and the admin."""
+        if not self.canary_size:
+            return ""
+        if self.canary_failed:
+            if self.status == OperationStatus.PAUSED:
+                return "failed: its messages came back"
+            return "failed: its messages came back; resumed by a person"
+        if self.canary_passed:
+            return "passed"
+        if self.canary_until is None:
+            return "not yet replayed" if self.status in (OperationStatus.PLANNED, OperationStatus.CANARY) else ""
+        if self.status == OperationStatus.CANARY:
+            return f"watching until {timezone.localtime(self.canary_until):%H:%M:%S}"
+        if self.status == OperationStatus.PAUSED:
+            return "paused during its wait"
+        return "its wait was cut short by a pause"
 
     @property
     def destination_queues(self) -> list[tuple[str, int, int]]:

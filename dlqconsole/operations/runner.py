@@ -866,7 +866,7 @@ class OperationRunner:
                 parts.append(f"{returned} came back to a dead-letter queue within {operation.canary_wait_seconds}s")
             if operation.failed:
                 parts.append(f"{operation.failed} could not be published ({operation.last_error})")
-            self._pause(f"canary of {operation.canary_size}: " + "; ".join(parts))
+            self._pause(f"canary of {operation.canary_size}: " + "; ".join(parts), canary_failed=True)
             return True
         remaining = (operation.canary_until - timezone.now()).total_seconds()
         if remaining > 0:
@@ -905,12 +905,13 @@ class OperationRunner:
             )
         return returned
 
-    def _pause(self, reason: str, *, error: str = "") -> None:
+    def _pause(self, reason: str, *, error: str = "", canary_failed: bool = False) -> None:
         paused = Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES).update(
             status=OperationStatus.PAUSED,
             pause_reason=reason[:2000],
             paused_automatically=True,
             last_error=error or reason[:2000],
+            **({"canary_failed": True} if canary_failed else {}),
         )
         if paused:
             logger.warning("operation %s paused: %s", self.operation_id, reason)

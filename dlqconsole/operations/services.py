@@ -352,7 +352,6 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
             status=status,
             pause_reason="",
             paused_automatically=False,
-            canary_passed=status == OperationStatus.RUNNING and bool(operation.canary_size),
             returned_baseline=operation.returned,
             succeeded_baseline=operation.succeeded,
             heartbeat_at=timezone.now(),

@@ -12,6 +12,7 @@ import pika
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
@@ -19,7 +20,13 @@ from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.runner import count_returned
-from dlqconsole.operations.services import edit_and_retry, plan_operation, run_operation, start_operation
+from dlqconsole.operations.services import (
+    edit_and_retry,
+    plan_operation,
+    resume_operation,
+    run_operation,
+    start_operation,
+)
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +115,30 @@ def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, 
     assert set(rest.values_list("status", flat=True)) == {"parked"}
 
 
+def test_a_failed_canary_resumed_by_a_person_is_not_called_passed(channel, queue_name, operator):
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 5)
+    operation = start_canary_retry(orders, operator, wait=1)
+    run_operation(operation_id=operation.pk, continue_later=lambda delay: None)
+    canary_dies_again(channel, orders)
+    time.sleep(1.1)
+    run_operation(operation_id=operation.pk, continue_later=lambda delay: None)
+    operation.refresh_from_db()
+    paused_label = operation.canary_label
+
+    resume_operation(operation=operation, actor=operator)
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert paused_label == "failed: its messages came back"
+    assert (operation.status, operation.canary_failed, operation.canary_passed) == ("done", True, False)
+    assert operation.canary_label == "failed: its messages came back; resumed by a person"
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/operations/{operation.pk}/").content.decode()
+    assert "resumed by a person" in page and ", passed" not in page
+
+
 def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
     orders = queue_name("orders")
     dead_letters_on_broker(channel, orders, 5)
@@ -117,6 +148,7 @@ def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
 
     operation.refresh_from_db()
     assert (operation.status, operation.canary_passed, operation.succeeded) == ("done", True, 5)
+    assert (operation.canary_failed, operation.canary_label) == (False, "passed")
     assert wait_for_depth(channel, orders, 5) == 5
 
 
