@@ -20,7 +20,7 @@ from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
 from dlqconsole.alerts import services
-from dlqconsole.alerts.forms import BulkAlertForm, ChannelForm, RuleForm, SilenceForm
+from dlqconsole.alerts.forms import KIND_DEFAULTS, BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
     Alert,
     AlertRule,
@@ -242,14 +242,17 @@ def rule_list(request: HtmxHttpRequest) -> HttpResponse:
 def rule_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     require_role(request.user, ADMIN)
     rule = get_object_or_404(AlertRule, pk=pk) if pk is not None else AlertRule()
-    form = RuleForm(request.POST or None, instance=rule)
+    form = RuleForm(request.POST or None, instance=rule, kind=request.GET.get("kind", ""))
     if request.method == "POST" and form.is_valid():
         saved = services.save_rule(
             rule=form.save(commit=False), channels=form.cleaned_data["channels"], actor=request.user
         )
         messages.success(request, f"Rule “{saved.name}” saved.")
+        for warning in form.warnings:
+            messages.warning(request, warning)
         return redirect("alerts:rules")
-    return render(request, "alerts/rule_form.html", {"form": form, "rule": rule}, status=400 if form.errors else 200)
+    context = {"form": form, "rule": rule, "kind_defaults": KIND_DEFAULTS}
+    return render(request, "alerts/rule_form.html", context, status=400 if form.errors else 200)
 
 
 @require_POST

@@ -41,7 +41,8 @@
 })();
 
 // The rule form: show only the fields that matter for the chosen kind. Each field carries the kinds it applies
-// to in data-kinds; the server ignores the others anyway, so without this script every field shows, labelled.
+// to in data-kinds; the server ignores the others anyway, so without this script every field shows, labelled
+// with the kinds it applies to.
 // On a new rule, a field the user has not changed takes the chosen kind's default.
 (function () {
   function setUp() {
@@ -56,6 +57,8 @@
     function show() {
       form.querySelectorAll("[data-kinds]").forEach(function (node) {
         node.hidden = node.dataset.kinds.split(" ").indexOf(kind.value) < 0;
+        // A hidden field is not sent (the server would ignore it anyway).
+        node.querySelectorAll("input, select, textarea").forEach(function (field) { field.disabled = node.hidden; });
       });
     }
 
