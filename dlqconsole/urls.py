@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("dlqconsole.deadletters.urls")),
     path("operations/", include("dlqconsole.operations.urls")),
     path("alerts/", include("dlqconsole.alerts.urls")),
+    path("audit/", include("dlqconsole.accounts.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

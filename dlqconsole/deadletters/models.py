@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 from django.utils import timezone
 
 
@@ -120,6 +121,10 @@ class FailurePattern(models.Model):
     def __str__(self) -> str:
         return self.template[:120]
 
+    def get_absolute_url(self) -> str:
+        """The pattern's console page (the admin's "View on site" goes there)."""
+        return reverse("deadletters:pattern", args=[self.pk])
+
 
 class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
     def parked(self) -> DeadLetterQuerySet:
@@ -213,6 +218,9 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_queue} #{self.pk}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("deadletters:message", args=[self.pk])
 
 
 class DeadLetterCount(models.Model):

@@ -6,6 +6,7 @@ import datetime as dt
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.deadletters.models import (
@@ -174,6 +175,10 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        """The operation's console page, with its progress and controls (the admin's "View on site")."""
+        return reverse("operations:detail", args=[self.pk])
 
     @property
     def processed(self) -> int:

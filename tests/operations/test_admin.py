@@ -107,6 +107,25 @@ def test_operations_can_be_paused_from_their_admin_and_items_are_listed(superuse
     assert items.status_code == 200 and "pending" in items.content.decode().lower()
 
 
+def test_admin_pages_of_operations_patterns_and_dead_letters_link_to_the_console(superuser_client):
+    synthetic_dead_letters(queue="orders", count=1)
+    letter = DeadLetter.objects.get()
+    act(superuser_client, "archive_selected", [letter.pk], step="start")
+    operation = Operation.objects.get()
+
+    for admin_page, console_page in [
+        (reverse("admin:operations_operation_change", args=[operation.pk]), f"/operations/{operation.pk}/"),
+        (reverse("admin:deadletters_deadletter_change", args=[letter.pk]), f"/messages/{letter.pk}/"),
+        (
+            reverse("admin:deadletters_failurepattern_change", args=[letter.pattern_id]),
+            f"/patterns/{letter.pattern_id}/",
+        ),
+    ]:
+        html = superuser_client.get(admin_page).content.decode()
+        view_on_site = html.split('class="viewsitelink"', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
+        assert superuser_client.get(view_on_site)["Location"].endswith(console_page)
+
+
 def test_retry_policies_are_edited_by_admins_and_audited(superuser_client):
     response = superuser_client.post(
         reverse("admin:operations_retrypolicy_add"),

@@ -1,0 +1,128 @@
+"""The audit log as a console page: who did what, when, with which filter, on how many messages.
+
+Everyone signed in may read it (viewers read everything the console shows); nothing here changes anything.
+Newest first, keyset-paginated on the id (`?before=`), filtered by person, action, target and time; each page's
+URL also serves its htmx fragment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.accounts.roles import VIEWER, require_role
+
+PAGE_SIZE = 50
+# Targets are written 'operation:12' by some services and 'pattern #3' by others; both name a kind and an id.
+TARGET = re.compile(r"^(?P<kind>[a-z_]+)(?::| #)(?P<id>\d+)$")
+# The console page of each kind of target (the others, such as channels and rules, live in the admin).
+TARGET_PAGES = {
+    "operation": "operations:detail",
+    "pattern": "deadletters:pattern",
+    "deadletter": "deadletters:message",
+    "dead_letter": "deadletters:message",
+}
+
+
+def target_link(target: str) -> str:
+    """The console page a target names, or "" when it has none."""
+    found = TARGET.match(target or "")
+    if found is None or found["kind"] not in TARGET_PAGES:
+        return ""
+    try:
+        return reverse(TARGET_PAGES[found["kind"]], args=[int(found["id"])])
+    except NoReverseMatch:
+        return ""
+
+
+def filter_text(chosen: Any) -> str:
+    """A filter as 'name=value; name=a,b' for reading (the JSON as stored, when it is not a mapping)."""
+    if not chosen:
+        return ""
+    if not isinstance(chosen, dict):
+        return str(chosen)
+    parts = []
+    for name, value in chosen.items():
+        shown = ",".join(str(item) for item in value) if isinstance(value, list) else str(value)
+        parts.append(f"{name}={shown}")
+    return "; ".join(parts)
+
+
+def _target_filter(value: str) -> Q:
+    """'pattern:3', 'pattern #3' or 'pattern 3' finds both spellings; any other text is searched in the target."""
+    found = re.match(r"^\s*(?P<kind>[a-z_]+)\s*(?::|#|\s)\s*#?(?P<id>\d+)\s*$", value)
+    if found is None:
+        return Q(target__icontains=value.strip())
+    kind, pk = found["kind"], found["id"]
+    return Q(target__in=[f"{kind}:{pk}", f"{kind} #{pk}"])
+
+
+def _moment(value: str, *, end: bool) -> dt.datetime | None:
+    if not value:
+        return None
+    moment = parse_datetime(value)
+    if moment is None:
+        day = parse_date(value)
+        if day is None:
+            raise ValueError(value)
+        moment = dt.datetime.combine(day, dt.time.max if end else dt.time.min)
+    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
+
+
+def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
+    entries = AuditEntry.objects.select_related("actor")
+    problems: list[str] = []
+    if person := query.get("actor", "").strip():
+        entries = entries.filter(Q(actor_name__iexact=person) | Q(actor__username__iexact=person))
+    if action := query.get("action", "").strip():
+        entries = entries.filter(action__startswith=action)
+    if target := query.get("target", "").strip():
+        entries = entries.filter(_target_filter(target))
+    for name, lookup, end in (("since", "created_at__gte", False), ("until", "created_at__lte", True)):
+        try:
+            moment = _moment(query.get(name, "").strip(), end=end)
+        except ValueError:
+            problems.append(f"'{query.get(name)}' is not a date or time (use 2026-11-26 or 2026-11-26T14:30).")
+            continue
+        if moment is not None:
+            entries = entries.filter(**{lookup: moment})
+    return entries, problems
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def audit_log(request: HttpRequest) -> HttpResponse:
+    require_role(request.user, VIEWER)
+    entries, problems = _filtered(request.GET)
+    before = request.GET.get("before", "")
+    if before.isdigit():
+        entries = entries.filter(pk__lt=int(before))
+    # The id follows the time of writing; ordering by it keeps pages stable and the index small.
+    rows = list(entries.order_by("-pk")[: PAGE_SIZE + 1])
+    has_next = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    kept = request.GET.copy()
+    kept.pop("before", None)
+    context: dict[str, Any] = {
+        "entries": [(entry, target_link(entry.target), filter_text(entry.filter)) for entry in rows],
+        "problems": problems,
+        "chosen": {name: request.GET.get(name, "") for name in ("actor", "action", "target", "since", "until")},
+        "actions": sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct()[:200])),
+        "next_query": f"{kept.urlencode()}&before={rows[-1].pk}" if has_next and rows else "",
+        "first_page": not before,
+        "newest_query": kept.urlencode(),
+    }
+    htmx = getattr(request, "htmx", None)
+    template = "accounts/audit.html#entries" if htmx else "accounts/audit.html"
+    return render(request, template, context)

@@ -1,0 +1,86 @@
+"""The audit log page: every signed-in role reads it, filters narrow it, pages follow the ids, targets link to
+their console pages, and hostile text is shown as text."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.accounts.views import PAGE_SIZE
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_signed_out_visitors_are_sent_to_login(client: Client) -> None:
+    response = client.get("/audit/")
+
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_viewer_reads_who_did_what_with_which_filter_and_links_to_targets(viewer: User, operator: User) -> None:
+    record_audit(
+        actor=operator,
+        action="operation.retry.plan",
+        target="operation:12",
+        filter={"queue": ["orders.dlq"], "reason": "TIMEOUT"},
+        count=2000,
+    )
+    record_audit(actor=operator, action="pattern.merge", target="pattern #7", count=5, detail="merged #3 into #7")
+    record_audit(actor=None, action="channel.disable", target="channel:4", detail="<script>alert(1)</script>")
+
+    response = client_for(viewer).get("/audit/")
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'href="/operations/12/"' in html and 'href="/patterns/7/"' in html
+    assert "queue=orders.dlq; reason=TIMEOUT" in html and "2000" in html
+    assert "merged #3 into #7" in html and operator.username in html and "system" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
+    assert "channel:4</td>" in html  # no console page: shown, not linked
+
+
+def test_filters_by_person_action_target_and_time(viewer: User, operator: User, admin_user: User) -> None:
+    record_audit(actor=operator, action="operation.retry.plan", target="operation:1", detail="d-retry")
+    record_audit(actor=admin_user, action="operation.purge.plan", target="operation:2", detail="d-purge")
+    record_audit(actor=operator, action="pattern.status", target="pattern #3", detail="d-status")
+    old = record_audit(actor=operator, action="pattern.assign", target="pattern #3", detail="d-ancient")
+    AuditEntry.objects.filter(pk=old.pk).update(created_at=timezone.now() - dt.timedelta(days=30))
+    client = client_for(viewer)
+
+    def shown(**query: str) -> set[str]:
+        html = client.get("/audit/", query).content.decode()
+        return {name for name in ("retry", "purge", "status", "ancient") if f"d-{name}" in html}
+
+    assert shown(actor=operator.username) == {"retry", "status", "ancient"}
+    assert shown(action="operation.") == {"retry", "purge"}
+    assert shown(target="pattern:3") == {"status", "ancient"}
+    assert shown(target="pattern 3", since=(timezone.now() - dt.timedelta(days=1)).date().isoformat()) == {"status"}
+    bad = client.get("/audit/", {"since": "last tuesday"}).content.decode()
+    assert "is not a date or time" in bad
+
+
+def test_pages_follow_the_ids_and_the_fragment_is_the_table_alone(viewer: User) -> None:
+    for n in range(PAGE_SIZE + 5):
+        record_audit(actor=None, action="export", target=f"export:{n}", detail=f"entry-{n:03d}")
+    client = client_for(viewer)
+
+    first = client.get("/audit/").content.decode()
+    older_query = first.split('hx-get="?', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    second = client.get(f"/audit/?{older_query}", headers={"HX-Request": "true"}).content.decode()
+
+    assert f"entry-{PAGE_SIZE + 4:03d}" in first and "entry-004" not in first
+    assert second.strip().startswith('<section id="audit"')
+    assert "entry-004" in second and "entry-000" in second and f"entry-{PAGE_SIZE + 4:03d}" not in second
+    assert "Older" not in second
