@@ -64,7 +64,7 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.envelope import EARLIEST as TIMESTAMP_EARLIEST
 from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
 from dlqconsole.operations.destinations import retry_destination
-from dlqconsole.operations.models import ALLOWED_STATUSES, OperationItem, OperationKind
+from dlqconsole.operations.models import ALLOWED_STATUSES, ItemStatus, OperationItem, OperationKind
 
 PAGE_SIZE = 50
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
@@ -376,6 +376,7 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
     body = bytes(dead_letter.body)
     timeline = death_timeline(dead_letter.x_death)
+    history = _operation_history(dead_letter)
     context = {
         "letter": dead_letter,
         "shown": show_body(
@@ -389,9 +390,9 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
         ),
         "edits": list(dead_letter.edits.order_by("id").only("id", "status", "ingested_at")[:50]),
-        "history": _operation_history(dead_letter),
+        "history": history,
         "kinds": _actions_for(request, dead_letter),
-        "retry": _quick_retry(request, dead_letter),
+        "retry": _quick_retry(request, dead_letter, history),
     }
     return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
 
@@ -504,9 +505,12 @@ def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tupl
     return kinds
 
 
-def _quick_retry(request: HtmxHttpRequest, dead_letter: DeadLetter) -> dict[str, Any] | None:
-    """The Retry button of an operator, for a message a retry can take: where it goes, and a fresh submission
-    token (one per page load, so a double click retries once). None when the button is not shown."""
+def _quick_retry(
+    request: HtmxHttpRequest, dead_letter: DeadLetter, history: list[OperationItem]
+) -> dict[str, Any] | None:
+    """The Retry button of an operator, for a message a retry can take: where it goes, whether it was replayed
+    already (retrying sends it again: the page and the confirm dialog say so), and a fresh submission token (one
+    per page load, so a double click retries once). None when the button is not shown."""
     if not has_role(request.user, OPERATOR) or dead_letter.status not in ALLOWED_STATUSES[OperationKind.RETRY]:
         return None
     destination = retry_destination(
@@ -516,11 +520,37 @@ def _quick_retry(request: HtmxHttpRequest, dead_letter: DeadLetter) -> dict[str,
     )
     if destination is None:
         return {"destination": None}
-    return {
-        "destination": str(destination),
-        "submission": uuid4().hex,
-        "confirm": f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?",
-    }
+    confirm = f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?"
+    sent = _last_sent(dead_letter, history)
+    if sent is not None:
+        confirm = f"{sent['warning']}\n\n{confirm}"
+    return {"destination": str(destination), "submission": uuid4().hex, "confirm": confirm, "sent": sent}
+
+
+def _last_sent(dead_letter: DeadLetter, history: list[OperationItem]) -> dict[str, Any] | None:
+    """When this dead letter was last published by a retry or a move, and by which operation; also when its
+    status or replay count says it was replayed but no operation at hand shows it (an older history)."""
+    for item in history:  # newest first
+        kind = item.operation.kind
+        if item.status in (ItemStatus.PUBLISHED, ItemStatus.DONE) and kind in (OperationKind.RETRY, OperationKind.MOVE):
+            done = "moved" if kind == OperationKind.MOVE else "replayed"
+            at = item.published_at or item.operation.created_at
+            return {
+                "done": done,
+                "at": at,
+                "operation": item.operation.pk,
+                "warning": f"Already {done} at {stamp(at)} by operation #{item.operation.pk}; retrying sends it again.",
+            }
+    if dead_letter.status == DeadLetterStatus.REPLAYED or dead_letter.replay_count:
+        replayed_at = dead_letter.status_changed_at if dead_letter.status == DeadLetterStatus.REPLAYED else None
+        when = f" at {stamp(replayed_at)}" if replayed_at else f" ({dead_letter.replay_count} times)"
+        return {
+            "done": "replayed",
+            "at": replayed_at,
+            "operation": None,
+            "warning": f"Already replayed{when}; retrying sends it again.",
+        }
+    return None
 
 
 @require_GET

@@ -1,5 +1,5 @@
 """Retry one message from its page in a real browser: the Retry button, its confirm dialog naming the destination,
-the operation page it opens, and the message back on RabbitMQ."""
+the operation page it opens, the message back on RabbitMQ; then the warning that it was replayed already."""
 
 from __future__ import annotations
 
@@ -67,4 +67,17 @@ def test_operator_retries_one_message_in_two_clicks(
     assert page.url.endswith(f"/operations/{operation.pk}/")
     assert [body for _, body in drain(amqp_channel, orders)] == [b'{"order": 77}']
     assert DeadLetter.objects.get(pk=stored.pk).status == DeadLetterStatus.REPLAYED
+
+    # Back on the message: it says it was replayed, and so does the dialog of a second retry.
+    page.goto(f"/messages/{stored.pk}/")
+    warning = page.locator("[data-testid=sent-warning]")
+    expect(warning).to_contain_text("Already replayed at ")
+    expect(warning).to_contain_text(f"by operation #{operation.pk}; retrying sends it again.")
+    screenshot(page, "message-replayed")
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=20000)
+    assert dialogs[1].startswith("Already replayed at ")
+    assert f"by operation #{operation.pk}; retrying sends it again." in dialogs[1]
+    assert [body for _, body in drain(amqp_channel, orders)] == [b'{"order": 77}']
+    assert Operation.objects.count() == 2
     assert not watched.page_errors

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html as html_lib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.conf import settings
@@ -14,12 +14,16 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.db import connection as db_connection
 from django.test import Client
+from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+from dlqconsole.operations.services import run_operation
 from tests.deadletters.page_world import ingest, letter
+from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = [pytest.mark.django_db]
 
@@ -224,3 +228,70 @@ def test_a_message_with_nowhere_to_go_offers_no_retry(operator: User) -> None:
 
     assert "/operations/retry-message/" not in page
     assert "No retry: its x-death names no queue, exchange or routing key" in page
+
+
+def test_a_replayed_message_warns_before_it_is_retried_again(
+    channel: Channel, queue_name: Callable[[str], str], operator: User
+) -> None:
+    orders = queue_name("orders")
+    declare_with_dlq(channel, orders)
+    channel.basic_publish(exchange="", routing_key=orders, body=b'{"order": 5}')
+    kill_on_broker(channel, orders, 1)
+    wait_for_depth(channel, orders + ".dlq", 1)
+    (stored,) = ingest_from(channel, orders + ".dlq")
+    client = client_for(operator)
+    first = retry_form(client.get(f"/messages/{stored.pk}/").content.decode())
+    assert first["confirm"] == f"Retry dead letter #{stored.pk}: publish it again to queue {orders}?"
+    client.post(first["action"], {"submission": first["submission"], "status": first["status"]})
+    operation = Operation.objects.get()
+    run_operation(operation_id=operation.pk)
+    assert [body for _, body in drain(channel, orders)] == [b'{"order": 5}']
+    published_at = operation.items.get().published_at
+
+    page = client.get(f"/messages/{stored.pk}/").content.decode()
+
+    assert DeadLetter.objects.get(pk=stored.pk).status == DeadLetterStatus.REPLAYED
+    assert (
+        f"Already replayed at {stamp_time(published_at)} by operation "
+        f'<a href="/operations/{operation.pk}/">#{operation.pk}</a>; retrying sends it again.'
+    ) in page
+    again = retry_form(page)
+    assert again["confirm"] == (
+        f"Already replayed at {stamp(published_at)} by operation #{operation.pk}; retrying sends it again.\n\n"
+        f"Retry dead letter #{stored.pk}: publish it again to queue {orders}?"
+    )
+    # Retrying it again is the operator's choice, made knowingly: it is sent again.
+    client.post(again["action"], {"submission": again["submission"], "status": again["status"]})
+    second = Operation.objects.exclude(pk=operation.pk).get()
+    assert second.total == 1 and second.filter == {"ids": [stored.pk], "status": ["replayed"]}
+
+
+def test_a_message_marked_replayed_without_an_operation_at_hand_still_warns(operator: User) -> None:
+    (stored,) = ingest(letter())
+    DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED, replay_count=2)
+    stored.refresh_from_db()
+
+    page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+
+    assert f"Already replayed at {stamp_time(stored.status_changed_at)}; retrying sends it again." in page
+    assert retry_form(page)["confirm"].startswith(
+        f"Already replayed at {stamp(stored.status_changed_at)}; retrying sends it again."
+    )
+
+
+def test_a_parked_message_never_replayed_has_no_warning(operator: User) -> None:
+    (stored,) = ingest(letter())
+
+    page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
+
+    assert "Already replayed" not in page and 'data-testid="sent-warning"' not in page
+
+
+def test_viewer_sees_no_action_buttons_on_a_replayed_message(viewer: User) -> None:
+    (stored,) = ingest(letter())
+    DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED, replay_count=1)
+
+    page = client_for(viewer).get(f"/messages/{stored.pk}/").content.decode()
+
+    assert "/operations/retry-message/" not in page and "Already replayed" not in page
+    assert "/operations/plan/" not in page and "/edit/" not in page and "<button" not in page.split("<main")[-1]
