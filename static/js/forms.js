@@ -1,14 +1,34 @@
 // Small behaviours of forms, without inline script (the Content Security Policy allows none):
 // - a form with data-confirm asks before it is sent;
-// - a form with data-autosubmit is sent when one of its selects changes (htmx then swaps the results);
+// - a form with data-autosubmit is sent when one of its selects, checkboxes or radio buttons changes (htmx then
+//   swaps the results); its text fields are sent with Enter, as in any form, not at every key;
 document.addEventListener("submit", function (event) {
   var message = event.target.dataset && event.target.dataset.confirm;
   if (message && !window.confirm(message)) event.preventDefault();
 });
 document.addEventListener("change", function (event) {
   var field = event.target;
-  if (field.tagName !== "SELECT" || !field.form || !("autosubmit" in field.form.dataset)) return;
+  var choice = field.tagName === "SELECT" || (field.tagName === "INPUT" && /^(checkbox|radio)$/.test(field.type));
+  if (!choice || !field.form || !("autosubmit" in field.form.dataset)) return;
   field.form.requestSubmit();
+});
+// - such a form leaves its empty fields out of the address it requests (and pushes to the history): the address
+//   names only the filters in use, short enough to read, share and bookmark;
+document.addEventListener("htmx:configRequest", function (event) {
+  var form = event.detail.elt;
+  if (!form.dataset || !("autosubmit" in form.dataset) || event.detail.verb !== "get") return;
+  var data = event.detail.formData;
+  var empty = [];
+  data.forEach(function (value, name) {
+    if (data.getAll(name).every(function (item) { return item === ""; })) empty.push(name);
+  });
+  empty.forEach(function (name) { data.delete(name); });
+});
+// - a <details data-fold-on-phone> (a filter panel) starts folded on a narrow screen, where it would push the
+//   results below the fold; it is open without JavaScript and on wider screens.
+document.addEventListener("DOMContentLoaded", function () {
+  if (!window.matchMedia("(max-width: 640px)").matches) return;
+  document.querySelectorAll("details[data-fold-on-phone][open]").forEach(function (panel) { panel.open = false; });
 });
 // - a region that refreshes itself (hx-trigger="every ...") is not refreshed while someone is choosing in one of
 //   its fields: the swap would reset their choice (a silence duration picked a second before).
