@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.django_db]
 SUBMISSION = "7" * 32
 
 
-def client_for(user: User, **options: bool) -> Client:
-    client = Client(**options)
+def client_for(user: User, *, enforce_csrf_checks: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=enforce_csrf_checks)
     client.force_login(user)
     return client
 
