@@ -19,7 +19,7 @@ from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
 from dlqconsole.ingest.envelope import parse_envelope
 from tests.deadletters.page_world import ingest, letter
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 MOMENT = dt.datetime(2026, 11, 26, 6, 22, 31, 250000, tzinfo=dt.UTC)
 

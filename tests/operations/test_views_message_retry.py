@@ -94,6 +94,7 @@ def test_retry_plans_and_starts_an_operation_for_the_one_message(
     assert DeadLetter.objects.get(pk=other.pk).status == DeadLetterStatus.PARKED
 
 
+@pytest.mark.sqlite
 def test_the_same_retry_sent_twice_starts_one_operation(
     operator: User, celery_queue: str, django_capture_on_commit_callbacks
 ) -> None:
@@ -156,6 +157,7 @@ def test_a_double_click_racing_itself_starts_one_operation(operator: User, celer
     assert AuditEntry.objects.filter(action="deadletter.retry").count() == 1
 
 
+@pytest.mark.sqlite
 def test_viewer_cannot_retry(viewer: User, celery_queue: str) -> None:
     (stored,) = ingest(letter())
 
