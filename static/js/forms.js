@@ -25,11 +25,15 @@ document.addEventListener("htmx:configRequest", function (event) {
   empty.forEach(function (name) { data.delete(name); });
 });
 // - a <details data-fold-on-phone> (a filter panel) starts folded on a narrow screen, where it would push the
-//   results below the fold; it is open without JavaScript and on wider screens.
-document.addEventListener("DOMContentLoaded", function () {
-  if (!window.matchMedia("(max-width: 640px)").matches) return;
-  document.querySelectorAll("details[data-fold-on-phone][open]").forEach(function (panel) { panel.open = false; });
-});
+//   results below the fold; it is open without JavaScript and on wider screens (a phone turned sideways too).
+(function () {
+  var phone = window.matchMedia("(max-width: 640px)");
+  function fit() {
+    document.querySelectorAll("details[data-fold-on-phone]").forEach(function (panel) { panel.open = !phone.matches; });
+  }
+  document.addEventListener("DOMContentLoaded", function () { if (phone.matches) fit(); });
+  phone.addEventListener("change", fit);
+})();
 // - a region that refreshes itself (hx-trigger="every ...") is not refreshed while someone is choosing in one of
 //   its fields: the swap would reset their choice (a silence duration picked a second before).
 document.addEventListener("htmx:beforeRequest", function (event) {

@@ -186,6 +186,15 @@ def test_patterns_page_shows_25_patterns_on_a_full_hd_screen(page: Page, admin_u
     )
     page.screenshot(path=str(SCREENSHOTS / "phone-patterns-1080p.png"))
     assert in_view >= 25
+    # The recovery links open over the rows: the row keeps its height, and they can be clicked.
+    row = rows.nth(1)
+    height = row.bounding_box()["height"]  # type: ignore[index]
+    row.locator("summary", has_text="Recover").click()
+    expect(row.get_by_role("link", name="Retry all")).to_be_visible()
+    assert row.bounding_box()["height"] == height  # type: ignore[index]
+    page.screenshot(path=str(SCREENSHOTS / "phone-patterns-menu.png"))
+    row.get_by_role("link", name="Retry all").click()
+    expect(page.locator("h1")).to_have_text("Retry: plan")
 
 
 def test_a_filter_select_on_the_messages_page_filters_at_once(page: Page, operator: User, watched: Watched) -> None:
@@ -238,5 +247,9 @@ def test_a_filter_select_on_the_messages_page_filters_at_once(page: Page, operat
     expect(summary).to_contain_text("2 active")
     expect(page.locator("#f-reason")).to_be_hidden()
     summary.click()
+    expect(page.locator("#f-reason")).to_be_visible()
+    summary.click()
+    # On a wider screen (a phone turned sideways, a window made wider) they are open again.
+    page.set_viewport_size(WIDE)
     expect(page.locator("#f-reason")).to_be_visible()
     assert not watched.page_errors
