@@ -118,6 +118,9 @@ class Operation(models.Model):
     target_routing_key = models.CharField(max_length=255, blank=True)
     # "N/period[:burst]", empty for no limit; can be changed while the operation runs.
     rate = models.CharField(max_length=32, blank=True)
+    # The form submission that asked for it (a one-message retry from its page), so that the same form sent twice
+    # starts one operation; empty for everything else.
+    submission = models.CharField(max_length=64, blank=True, editable=False)
     canary_size = models.IntegerField(default=0)
     canary_wait_seconds = models.IntegerField(default=60)
     # When the canary's last message was confirmed and until when we watch for boomerangs.
@@ -171,6 +174,11 @@ class Operation(models.Model):
             models.Index(fields=["-created_at"], name="operation_created"),
             # The sweeper: active operations with a stale heartbeat.
             models.Index(fields=["status", "heartbeat_at"], name="operation_status_heartbeat"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["submission"], condition=~models.Q(submission=""), name="operation_submission_once"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -423,6 +423,44 @@ def change_rate(*, operation: Operation, rate: str, actor: Actor) -> Operation:
     return operation
 
 
+def retry_dead_letter(
+    *, dead_letter: DeadLetter, actor: Actor, submission: str, seen_status: str | None = None
+) -> Operation:
+    """Retry one dead letter from its page: plan a retry of just this message and start it.
+
+    `submission` names the form that asked: sent again (a double click, a reload of the POST), it returns the
+    operation of the first send. `seen_status` is the status the page showed: a dead letter whose status changed
+    since (replayed by someone else, say) is not retried unseen."""
+    _check_role(actor, OperationKind.RETRY)
+    if not submission:
+        raise OperationError("the request names no submission; reload the page")
+    key = hashlib.sha256(f"retry:{dead_letter.pk}:{submission}".encode()).hexdigest()
+    with transaction.atomic():
+        # Locked, so that a second send of the same form waits for the first and then finds its operation.
+        locked = DeadLetter.objects.select_for_update().get(pk=dead_letter.pk)
+        earlier = Operation.objects.filter(submission=key).first()
+        if earlier is not None:
+            return earlier
+        if seen_status is not None and seen_status != locked.status:
+            raise OperationError(
+                f"it is {locked.get_status_display().lower()} now (the page showed it "
+                f"{seen_status or 'in another state'}); look again before retrying"
+            )
+        operation = plan_operation(
+            kind=OperationKind.RETRY, filter={"ids": [locked.pk], "status": [locked.status]}, actor=actor
+        )
+        Operation.objects.filter(pk=operation.pk).update(submission=key)
+        record_audit(
+            actor=actor,
+            action="deadletter.retry",
+            target=f"deadletter:{locked.pk}",
+            filter=operation.filter,
+            count=operation.total,
+            detail=f"operation {operation.pk}",
+        )
+        return start_operation(operation=operation, actor=actor)
+
+
 def edit_and_retry(
     *, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor, submission: str = ""
 ) -> Operation:

@@ -7,24 +7,19 @@ fragment htmx asked for. Purge needs the admin role; every other kind the operat
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
-from django.db import transaction
 from django.db.models import Sum
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
-from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import require_role
-from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.views import HtmxHttpRequest
@@ -297,54 +292,13 @@ def message_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     submission = request.POST.get("submission", "")
     if not SUBMISSION.match(submission):
         return HttpResponse("The form is missing its submission token; reload the page.", status=400)
+    dead_letter = get_object_or_404(DeadLetter, pk=pk)
     try:
-        with transaction.atomic():
-            # Locked, so that a second send of the same form waits for the first and finds its operation.
-            dead_letter = get_object_or_404(DeadLetter.objects.select_for_update(), pk=pk)
-            operation = _retried_by(dead_letter, submission)
-            if operation is not None:
-                return redirect("operations:detail", pk=operation.pk)
-            seen = request.POST.get("status", "")
-            if seen != dead_letter.status:
-                messages.warning(
-                    request,
-                    f"Dead letter #{pk} is {dead_letter.get_status_display().lower()} now (the page showed it "
-                    f"{seen or 'in another state'}); nothing was retried. Look again before retrying.",
-                )
-                return redirect("deadletters:message", pk=pk)
-            operation = services.plan_operation(
-                kind=OperationKind.RETRY,
-                filter={"ids": [dead_letter.pk], "status": [dead_letter.status]},
-                actor=request.user,
-            )
-            record_audit(
-                actor=request.user,
-                action="deadletter.retry",
-                target=f"deadletter:{dead_letter.pk}",
-                filter=operation.filter,
-                count=operation.total,
-                detail=f"operation {operation.pk}; submission {submission}",
-            )
-            operation = services.start_operation(operation=operation, actor=request.user)
+        operation = services.retry_dead_letter(
+            dead_letter=dead_letter, actor=request.user, submission=submission, seen_status=request.POST.get("status")
+        )
     except services.OperationError as problem:
-        messages.error(request, f"Dead letter #{pk} was not retried: {problem}")
+        messages.warning(request, f"Dead letter #{pk}: nothing was retried; {problem}.")
         return redirect("deadletters:message", pk=pk)
     messages.success(request, f"Retrying dead letter #{pk}.")
     return redirect("operations:detail", pk=operation.pk)
-
-
-def _retried_by(dead_letter: DeadLetter, submission: str) -> Operation | None:
-    """The operation an earlier send of this submission started, from its audit row."""
-    entry = (
-        AuditEntry.objects.filter(
-            action="deadletter.retry",
-            target=f"deadletter:{dead_letter.pk}",
-            detail__endswith=f"; submission {submission}",
-            # A second send comes within seconds (a double click) or minutes (a reload); the day bounds the scan.
-            created_at__gte=timezone.now() - dt.timedelta(days=1),
-        )
-        .only("detail")
-        .first()
-    )
-    found = re.match(r"operation (\d+);", entry.detail) if entry is not None else None
-    return Operation.objects.filter(pk=int(found.group(1))).first() if found else None
