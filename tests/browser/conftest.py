@@ -39,6 +39,10 @@ CHROMIUM_ARGS = [
 DESKTOP: ViewportSize = {"width": 1366, "height": 900}
 PHONE: ViewportSize = {"width": 375, "height": 812}
 
+# How long a page may wait for a Celery worker to take and finish its work: generous, since a worker that
+# starts on a loaded 2-core machine takes seconds to import Django (a ceiling for correctness, not a speed test).
+WORKER_WAIT_MS = 60_000
+
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:

@@ -14,7 +14,16 @@ from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation, OperationStatus
-from tests.browser.conftest import Watched, declare_with_dlq, die_on_broker, drain, ingest_dlq, log_in, screenshot
+from tests.browser.conftest import (
+    WORKER_WAIT_MS,
+    Watched,
+    declare_with_dlq,
+    die_on_broker,
+    drain,
+    ingest_dlq,
+    log_in,
+    screenshot,
+)
 from tests.deadletters.page_world import ingest, letter
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -104,14 +113,14 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     page.click("button:has-text('Start: retry 12 messages')")
 
     # The fragment polls every second: watch the bar move without reloading the page.
-    expect(page.locator("[data-testid=status]")).to_have_text(re.compile("Running|Done"), timeout=10000)
+    expect(page.locator("[data-testid=status]")).to_have_text(re.compile("Running|Done"), timeout=WORKER_WAIT_MS)
     seen = set()
     for _ in range(40):
         seen.add(page.locator("[data-testid=progress]").get_attribute("aria-valuenow"))
         if "100" in seen:
             break
         page.wait_for_timeout(250)
-    expect(page.locator("[data-testid=progress]")).to_have_attribute("aria-valuenow", "100", timeout=20000)
+    expect(page.locator("[data-testid=progress]")).to_have_attribute("aria-valuenow", "100", timeout=WORKER_WAIT_MS)
     expect(page.locator("[data-testid=status]")).to_have_text("Done")
     assert len(seen - {"0", "100"}) >= 1, f"the bar jumped straight to the end: {seen}"
     screenshot(page, "operation-done")
@@ -170,7 +179,7 @@ def test_operator_edits_and_retries_one_message(
     page.click("button:has-text('Send the edited copy')")
 
     expect(page.locator("h1")).to_contain_text("Edit and retry #")
-    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=20000)
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=WORKER_WAIT_MS)
     back = drain(amqp_channel, orders)
     assert [body for _, body in back] == [b'{"order": 41, "currency": "EUR"}']
     stored.refresh_from_db()

@@ -12,7 +12,16 @@ from playwright.sync_api import Dialog, Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation
-from tests.browser.conftest import Watched, declare_with_dlq, die_on_broker, drain, ingest_dlq, log_in, screenshot
+from tests.browser.conftest import (
+    WORKER_WAIT_MS,
+    Watched,
+    declare_with_dlq,
+    die_on_broker,
+    drain,
+    ingest_dlq,
+    log_in,
+    screenshot,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +71,7 @@ def test_operator_retries_one_message_in_two_clicks(
 
     expect(page.locator("h1")).to_contain_text("Retry #")
     assert dialogs == [f"Retry dead letter #{stored.pk}: publish it again to queue {orders}?"]
-    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=20000)
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=WORKER_WAIT_MS)
     operation = Operation.objects.get()
     assert page.url.endswith(f"/operations/{operation.pk}/")
     assert [body for _, body in drain(amqp_channel, orders)] == [b'{"order": 77}']
@@ -75,7 +84,7 @@ def test_operator_retries_one_message_in_two_clicks(
     expect(warning).to_contain_text(f"by operation #{operation.pk}; retrying sends it again.")
     screenshot(page, "message-replayed")
     page.get_by_role("button", name="Retry", exact=True).click()
-    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=20000)
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=WORKER_WAIT_MS)
     assert dialogs[1].startswith("Already replayed at ")
     assert f"by operation #{operation.pk}; retrying sends it again." in dialogs[1]
     assert [body for _, body in drain(amqp_channel, orders)] == [b'{"order": 77}']
