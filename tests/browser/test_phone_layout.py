@@ -252,4 +252,16 @@ def test_a_filter_select_on_the_messages_page_filters_at_once(page: Page, operat
     # On a wider screen (a phone turned sideways, a window made wider) they are open again.
     page.set_viewport_size(WIDE)
     expect(page.locator("#f-reason")).to_be_visible()
+
+    # The patterns page folds its filters the same way, and its count follows the choices.
+    page.set_viewport_size(PHONE)
+    page.goto("/patterns/?reason=VALIDATION_FAILED&sort=waiting")
+    summary = page.locator(".filter-panel > summary")
+    expect(summary).to_contain_text("1 active")
+    expect(page.locator("#f-owner")).to_be_hidden()
+    summary.click()
+    page.focus("#f-owner")
+    page.select_option("#f-owner", "none")
+    expect(page).to_have_url(re.compile(r"owner=none"))
+    expect(summary).to_contain_text("2 active")
     assert not watched.page_errors
