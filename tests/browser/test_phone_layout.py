@@ -164,6 +164,8 @@ def test_every_list_page_fits_a_phone(page: Page, admin_user: User, watched: Wat
         (f"/patterns/{long_queue_pattern.pk}/", "pattern-long-queue"),
         ("/operations/", "operations"),
         ("/alerts/", "alerts"),
+        ("/audit/", "audit"),
+        (f"/messages/{hostile_letter.pk}/", "message-hostile"),
     ]:
         problems += check_phone_page(page, path, name)
     assert not problems, "\n".join(problems)
