@@ -18,6 +18,7 @@ from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
 from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from dlqconsole.operations.models import Operation
 from dlqconsole.operations.services import plan_operation
 from tests.browser.conftest import SCREENSHOTS, Watched, log_in
 from tests.deadletters.page_world import ingest, letter
@@ -166,6 +167,15 @@ def test_every_list_page_fits_a_phone(page: Page, admin_user: User, watched: Wat
         ("/alerts/", "alerts"),
         ("/audit/", "audit"),
         (f"/messages/{hostile_letter.pk}/", "message-hostile"),
+        *[
+            (f"/operations/{pk}/", f"operation-{n}")
+            for n, pk in enumerate(Operation.objects.values_list("pk", flat=True))
+        ],
+        (f"/operations/plan/?kind=retry&pattern={long_pattern.pk}", "plan"),
+        ("/alerts/rules/", "alert-rules"),
+        ("/alerts/rules/new/", "alert-rule-new"),
+        ("/alerts/channels/", "alert-channels"),
+        ("/alerts/queues/", "watched-queues"),
     ]:
         problems += check_phone_page(page, path, name)
     assert not problems, "\n".join(problems)
