@@ -30,12 +30,22 @@ WILDCARD = "<*>"
 
 # Shapes that span several tokens are masked in the text first. Each pattern starts with a literal where it can
 # (the regex engine then jumps from one candidate to the next) and runs only when a cheap test says it can match.
-URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^\s/'\"<>()\[\]{},;?#]*)([^\s'\"<>()\[\]{},;]*)", re.I)
+# A URL ends before the punctuation that closes a sentence or a label ("failed to fetch http://host/a/b: timeout").
+URL = re.compile(
+    r"\b([a-z][a-z0-9+.-]*)://([^\s/'\"<>()\[\]{},;?#]*)([^\s'\"<>()\[\]{},;]*?)(?=[.:!?]*(?:[\s'\"<>()\[\]{},;]|$))",
+    re.I,
+)
 EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?|\b[A-Z]:\\[^\s'\"]+")
 DATETIME_HINT = re.compile(r":\d\d:|-\d\d-")
+# A date written with an English month name, as C's ctime, syslog and HTTP print it ("Fri Jun 17 07:07:00 2005",
+# "Jun 17 07:07:00", "Sun, 06 Nov 1994 08:49:37 GMT"): the names are part of the time, not words of the message.
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?"
+_CLOCK = r"\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?: ?(?:[AP]M|UTC|GMT|Z|[+-]\d{2}:?\d{2}|[A-Z]{3,4}T))?"
 DATETIME = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    rf"|\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? )?(?:{_MONTH} \d{{1,2}}|\d{{1,2}} {_MONTH})(?:,? \d{{4}})?"
+    rf" {_CLOCK}(?: \d{{4}}\b)?"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
 )
 IPV6 = re.compile(r"(?<![\w:])\[?(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{1,4}\]?(?::\d{1,5})?(?![\w:])", re.I)
@@ -229,12 +239,20 @@ def mask(message: str) -> str:
     return "".join(tokenize(message))
 
 
+# An exception type as Python, Java, .NET, Ruby and JavaScript print it: identifiers joined by dots or "::".
+TYPE_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*")
+
+
 def split_error_type(message: str) -> tuple[str, str]:
     """("ValueError", "bad id 42") from "ValueError: bad id 42", as Python and Java print exceptions;
     ("", message) when the message does not start with a type."""
     head, separator, rest = message.partition(": ")
-    if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or "." in head):
-        return head, rest
+    if separator and len(head) < 200 and TYPE_NAME.fullmatch(head) and (head[0].isupper() or "." in head):
+        # A qualified name is a type when its last part is a class name ("requests.exceptions.HTTPError");
+        # "com.example.daily.cleanup: ..." names a job or a logger, whose message follows.
+        last = re.split(r"\.|::", head)[-1]
+        if last.lstrip("_")[:1].isupper() or last == head:
+            return head, rest
     return "", message
 
 

@@ -231,3 +231,28 @@ def test_a_message_that_is_a_whole_printed_trace_is_grouped_as_a_trace() -> None
 
     assert found.kind == "trace"
     assert found.template.startswith("java.lang.IllegalStateException in com.acme.inventory")
+
+
+def test_a_date_written_with_month_and_weekday_names_is_one_time() -> None:
+    assert mask("connection from 10.1.2.3 at Fri Jun 17 07:07:00 2005") == "connection from <IP> at <DATETIME>"
+    assert mask("lease expired Sat Jul  9 11:35:59 2005, renewing") == "lease expired <DATETIME>, renewing"
+    assert mask("Expires: Sun, 06 Nov 1994 08:49:37 GMT") == "Expires: <DATETIME>"
+    assert mask("cron ran Jun 17 07:07:00 on host") == "cron ran <DATETIME> on host"
+    # Without a time of day a month name is a word like any other.
+    assert mask("May quota reached for Jun invoices") == "May quota reached for Jun invoices"
+
+
+def test_a_url_leaves_the_punctuation_that_follows_it() -> None:
+    assert mask("fetch http://10.0.0.1:8080/a/b: connection refused") == "fetch <URL>: connection refused"
+    assert mask("see https://status.example.com/incidents/42.") == "see https://status.example.com/…."
+
+
+def test_only_a_type_name_is_split_off_as_the_error_type() -> None:
+    assert split_error_type("ActiveRecord::RecordNotFound: no row") == ("ActiveRecord::RecordNotFound", "no row")
+    assert split_error_type("grpc._channel._InactiveRpcError: gone") == ("grpc._channel._InactiveRpcError", "gone")
+    # A dotted name whose last part is not a class name is a logger or a job, and the line is all message.
+    assert split_error_type("com.example.billing.nightly: run skipped") == (
+        "",
+        "com.example.billing.nightly: run skipped",
+    )
+    assert split_error_type("cron://db-7/jobs: failed") == ("", "cron://db-7/jobs: failed")
