@@ -269,3 +269,23 @@ def test_merging_across_lengths_does_not_depend_on_the_order_of_the_templates(
     rng.shuffle(shuffled)
 
     assert grouped(*messages) == grouped(*shuffled)
+
+
+def test_a_logger_name_before_the_message_is_not_its_first_word() -> None:
+    # Lower-case dotted names are part of the deployment, so it takes as many as an enumeration's values.
+    lines = [
+        f"com.example.{job}: scheduler told me to run this job; the start time is {n} seconds away"
+        for job, n in (
+            ("reports.daily", 5),
+            ("cache.purge", 7),
+            ("mail.digest", 2),
+            ("search.reindex", 9),
+            ("feed", 1),
+        )
+    ] + [f"com.example.{job}.hourly: {n} rows archived" for job, n in (("orders", 3), ("users", 4))]
+    grouper = Grouper()
+    keys = [grouper.add_line(line) for line in lines]
+    patterns = grouper.patterns()
+
+    assert len({patterns[key].key for key in keys[:5]}) == 1
+    assert patterns[keys[0]].key != patterns[keys[5]].key

@@ -18,7 +18,8 @@ agree with it on every other position and differ there ("user alice not found", 
 - after a noun that introduces an enumeration (`status`, `state`, `code`, `type`, `reason`), the values are
   fixed words that name different failures ("state SHIPPED" / "state CANCELLED"); it takes ENUM_VALUES;
 - elsewhere it takes PLAIN_VALUES different words;
-- the first word of a message never varies unless masking found data there (it is the message's wording).
+- the first word of a message never varies unless masking found data there (it is the message's wording); a
+  leading "qualified.name:" is the logger or job that printed the message, and the word after it is the first.
 A slot that a sibling template already holds as a wildcard is variable, and a template matching a
 generalised one on all its fixed words joins it. Rounds repeat until nothing changes. A generalised template
 must keep at least as many fixed words as wildcards, so chains of merges cannot end in `<*> <*> <*>`.
@@ -102,12 +103,24 @@ def _word(token: str) -> str:
     return word.lower()
 
 
+# A qualified name ("com.example.jobs.cleanup", "orders.worker-2") standing before a colon at the start of a message
+# is the logger, job or component that printed it, not the message's own wording.
+LABEL = re.compile(r"[A-Za-z][\w-]*(?:\.[\w-]+)+")
+
+
 def _first_word(form: tuple[str, ...]) -> int:
-    """The position of the message's first word (the first token that starts with a letter), or -1."""
+    """The position of the message's first word (the first token that starts with a letter, after a leading
+    "qualified.name:" label), or -1."""
+    first = -1
     for position, token in enumerate(form):
         if token.lstrip()[:1].isalpha():
-            return position
-    return -1
+            first = position
+            break
+    if first >= 0 and first + 1 < len(form) and form[first + 1] == ":" and LABEL.fullmatch(form[first].strip()):
+        for position in range(first + 2, len(form)):
+            if form[position].lstrip()[:1].isalpha():
+                return position
+    return first
 
 
 def _after_data(form: tuple[str, ...], position: int) -> bool:
@@ -464,7 +477,5 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
 
 def anchor(tokens: tuple[str, ...]) -> str:
     """The message's first word, which mining never makes a variable: templates that can group share it."""
-    for token in tokens:
-        if token.lstrip()[:1].isalpha():
-            return token.strip()
-    return ""
+    position = _first_word(tokens)
+    return tokens[position].strip() if position >= 0 else ""
