@@ -289,3 +289,15 @@ def test_a_logger_name_before_the_message_is_not_its_first_word() -> None:
 
     assert len({patterns[key].key for key in keys[:5]}) == 1
     assert patterns[keys[0]].key != patterns[keys[5]].key
+
+
+def test_words_that_say_what_happened_stay_apart_like_an_enumeration() -> None:
+    result = mined(
+        "instance 12: VM Started (lifecycle event)",
+        "instance 13: VM Stopped (lifecycle event)",
+        "instance 14: VM Paused (lifecycle event)",
+        "instance 15: VM Resumed (lifecycle event)",
+    )
+
+    assert len(set(result.values())) == 4
+    assert result["instance 12: VM Started (lifecycle event)"] == "instance <NUM>: VM Started (lifecycle event)"

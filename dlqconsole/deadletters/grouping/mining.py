@@ -16,7 +16,8 @@ agree with it on every other position and differ there ("user alice not found", 
 - right after (or before) a noun that names a kind of thing (`user`, `queue`, `region`, `table`, `host`), two
   different values suffice: what follows such a noun is that thing's name;
 - after a noun that introduces an enumeration (`status`, `state`, `code`, `type`, `reason`), the values are
-  fixed words that name different failures ("state SHIPPED" / "state CANCELLED"); it takes ENUM_VALUES;
+  fixed words that name different failures ("state SHIPPED" / "state CANCELLED"); it takes ENUM_VALUES, and so do
+  words that say what happened, past participles ("VM Paused" / "VM Resumed");
 - elsewhere it takes PLAIN_VALUES different words;
 - the first word of a message never varies unless masking found data there (it is the message's wording); a
   leading "qualified.name:" is the logger or job that printed the message, and the word after it is the first.
@@ -75,6 +76,8 @@ ENUM_NOUNS = _words(
 # A lower-case dotted name ("payments-api.internal", "orders.events", "users.email") names a host, an exchange
 # or a key: part of the deployment, so a different one is a different failure, like an enumeration.
 DOTTED_NAME = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z0-9_-]+)+")
+# A word in the past participle ("started", "Paused", "closed"): what happened, not a name.
+PARTICIPLE = re.compile(r"[A-Za-z][a-z]{2,}ed")
 
 
 def is_wildcard(token: str) -> bool:
@@ -167,9 +170,11 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         before in ENUM_NOUNS
         or all(DOTTED_NAME.fullmatch(value.strip().strip("'\"`")) for value in values)
         or all(_word(value) in ENTITY_NOUNS for value in values)
+        or all(PARTICIPLE.fullmatch(value.strip()) for value in values)
     ):
         # Also when the values are themselves kinds of things ("user", "tenant", "queue"): they are the message's
-        # subject, not data.
+        # subject, not data; and when they say what happened ("VM Paused", "VM Resumed", "order was Refunded"):
+        # each is a different event, like an enumeration's values.
         needed = ENUM_VALUES
     else:
         needed = PLAIN_VALUES
