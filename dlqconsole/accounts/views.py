@@ -7,7 +7,6 @@ URL also serves its htmx fragment.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Any
 
@@ -15,13 +14,12 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import VIEWER, require_role
+from dlqconsole.deadletters.filters import FilterError, parse_moment
 
 PAGE_SIZE = 50
 # Targets are written 'operation:12' by some services and 'pattern #3' by others; both name a kind and an id.
@@ -68,18 +66,6 @@ def _target_filter(value: str) -> Q:
     return Q(target__in=[f"{kind}:{pk}", f"{kind} #{pk}"])
 
 
-def _moment(value: str, *, end: bool) -> dt.datetime | None:
-    if not value:
-        return None
-    moment = parse_datetime(value)
-    if moment is None:
-        day = parse_date(value)
-        if day is None:
-            raise ValueError(value)
-        moment = dt.datetime.combine(day, dt.time.max if end else dt.time.min)
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
-
-
 def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
     entries = AuditEntry.objects.select_related("actor")
     problems: list[str] = []
@@ -89,14 +75,13 @@ def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
         entries = entries.filter(action__startswith=action)
     if target := query.get("target", "").strip():
         entries = entries.filter(_target_filter(target))
-    for name, lookup, end in (("since", "created_at__gte", False), ("until", "created_at__lte", True)):
-        try:
-            moment = _moment(query.get(name, "").strip(), end=end)
-        except ValueError:
-            problems.append(f"'{query.get(name)}' is not a date or time (use 2026-11-26 or 2026-11-26T14:30).")
+    for name, lookup in (("since", "created_at__gte"), ("until", "created_at__lte")):
+        if not (value := query.get(name, "").strip()):
             continue
-        if moment is not None:
-            entries = entries.filter(**{lookup: moment})
+        try:
+            entries = entries.filter(**{lookup: parse_moment(value, name=name)})
+        except FilterError as problem:
+            problems.append(str(problem))
     return entries, problems
 
 

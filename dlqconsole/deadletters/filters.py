@@ -18,10 +18,11 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from dlqconsole.core.durations import parse_duration
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
 
-RELATIVE = re.compile(r"^(\d+)\s*(s|m|h|d|w)$")
-UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# An age (30m, 1h30m, 2 days) rather than a date: digits then a unit letter, no dashes or colons.
+RELATIVE = re.compile(r"^\d+\s*[a-z][a-z\d\s]*$", re.IGNORECASE)
 MAX_IDS = 10000
 
 
@@ -183,13 +184,14 @@ class DeadLetterFilter:
 
 
 def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt.datetime:
-    """An ISO date or datetime, or a relative age like 15m, 2h, 7d (that long ago)."""
+    """An ISO date or datetime, or a relative age like 15m, 2h, 1h30m, 7d (that long ago)."""
     now = now or timezone.now()
     text = value.strip()
-    relative = RELATIVE.match(text)
-    if relative:
-        amount, unit = relative.groups()
-        return now - dt.timedelta(**{UNITS[unit]: int(amount)})
+    if RELATIVE.match(text):
+        try:
+            return now - dt.timedelta(seconds=parse_duration(text))
+        except (ValueError, OverflowError):
+            raise FilterError(f"{name}: {text!r} is not an age like 30m, 2h or 7d") from None
     moment = parse_datetime(text)
     if moment is None:
         day = parse_date(text)

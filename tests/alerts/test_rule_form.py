@@ -11,8 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.alerts.forms import RuleForm, format_duration, parse_duration
+from dlqconsole.alerts.forms import RuleForm
 from dlqconsole.alerts.models import AlertRule
+from dlqconsole.core.durations import format_duration, parse_duration
 from dlqconsole.ingest.models import WatchedQueue
 from tests.alerts.conftest import ingest
 

@@ -252,7 +252,9 @@ def test_messages_page_filters_by_each_field(viewer_client: Client) -> None:
     assert shown("payload=nothing-like-this") == set()
     assert shown("status=archived") == set()
     assert shown("since=1h") == {"orders.dlq", "billing.dlq"}
+    assert shown("since=1h30m") == {"orders.dlq", "billing.dlq"}
     assert shown("until=1h") == set()
+    assert shown("until=2 days") == set()
 
 
 def test_messages_page_skips_the_scan_when_the_counters_say_nothing_matches(viewer_client: Client) -> None:
