@@ -3,6 +3,7 @@
     .venv/bin/python bench/grouping.py                 # accuracy, group F1 and messages/s, per split
     .venv/bin/python bench/grouping.py --show-errors   # also list the train causes that were grouped wrongly
     .venv/bin/python bench/grouping.py --loghub DIR    # instead: grouping accuracy on the Loghub 2k samples in DIR
+    .venv/bin/python bench/grouping.py --loghub DIR --show-errors   # also list the events grouped wrongly
 
 Grouping accuracy: the share of messages whose pattern holds exactly the messages of their true cause.
 Group F1: a predicted group is right when it equals a true group; precision is the share of predicted groups
@@ -12,7 +13,9 @@ Speed: fingerprinting plus template mining (which includes classifying each dist
 for the whole corpus in one process, CPU time of the best of several runs. No database is involved:
 `assign_patterns` adds a few queries per batch on top of this.
 
-Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes.
+Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes. With `--loghub`,
+`--show-errors` lists each dataset's wrongly grouped events: keep some datasets out of DIR while tuning and score
+them once at the end.
 
 `--loghub DIR` measures the same on public system logs instead of the corpus: the Loghub 2k samples
 (https://github.com/logpai/loghub, labelled by the loghub project; not part of this repository, download them
@@ -42,7 +45,7 @@ import django  # noqa: E402
 django.setup()
 
 from dlqconsole.deadletters.fingerprint import clear_caches, split_error_type  # noqa: E402
-from dlqconsole.deadletters.grouping.engine import Grouper, group_lines  # noqa: E402
+from dlqconsole.deadletters.grouping.engine import Grouper, Pattern, group_lines  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "error_corpus.jsonl"
 
@@ -122,7 +125,25 @@ def speed(rows: list[dict[str, str]], rounds: int) -> float:
     return len(rows) / best
 
 
-def loghub(directory: Path) -> dict[str, dict[str, float]]:
+def show_loghub_errors(name: str, rows: list[tuple[str, str]], patterns: list[Pattern]) -> None:
+    """The events of one dataset that were split over several patterns or share one with another event, with
+    the template and an example line of each of their patterns."""
+    by_event: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    by_pattern: dict[str, set[str]] = defaultdict(set)
+    for index, ((event, _), pattern) in enumerate(zip(rows, patterns, strict=True)):
+        by_event[event][pattern.key].append(index)
+        by_pattern[pattern.key].add(event)
+    for event in sorted(by_event):
+        groups = by_event[event]
+        mixed = sorted({other for key in groups for other in by_pattern[key]} - {event})
+        if len(groups) > 1 or mixed:
+            print(f"- {name} {event}: split into {len(groups)} pattern(s); mixed with {mixed}")
+            for members in groups.values():
+                first = members[0]
+                print(f"    [{len(members)}] {patterns[first].template[:160]!r}  e.g. {rows[first][1][:160]!r}")
+
+
+def loghub(directory: Path, *, errors: bool = False) -> dict[str, dict[str, float]]:
     """{dataset name: scores} for every `<Name>/<Name>_2k.log_structured.csv` under `directory`, by name."""
     results: dict[str, dict[str, float]] = {}
     for path in sorted(directory.glob("*/*_2k.log_structured.csv")):
@@ -134,8 +155,10 @@ def loghub(directory: Path) -> dict[str, dict[str, float]]:
         if not rows:
             continue
         clear_caches()
-        predicted = [pattern.key for pattern in group_lines([content for _, content in rows])]
-        results[name] = score([event for event, _ in rows], predicted)
+        patterns = group_lines([content for _, content in rows])
+        results[name] = score([event for event, _ in rows], [pattern.key for pattern in patterns])
+        if errors:
+            show_loghub_errors(name, rows, patterns)
     return results
 
 
@@ -164,7 +187,7 @@ def main() -> None:
     options = parser.parse_args()
 
     if options.loghub is not None:
-        by_dataset = loghub(options.loghub)
+        by_dataset = loghub(options.loghub, errors=options.show_errors)
         if options.json:
             print(json.dumps(by_dataset, indent=2))
         else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from bench.grouping import loghub
 
 
@@ -41,3 +43,15 @@ def test_loghub_scores_each_dataset_by_its_event_ids(tmp_path: Path) -> None:
     # Two fixed words that differ stay apart: one true event split in two groups.
     assert results["Pay"]["accuracy"] == 0.0
     assert results["Pay"]["patterns"] == 2
+
+
+def test_loghub_lists_the_events_grouped_wrongly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_dataset(tmp_path, "Pay", [("E1", "payment declined: card expired"), ("E1", "payment declined: card stolen")])
+    write_dataset(tmp_path, "Shop", [("E1", "user bob not found"), ("E1", "user ann not found")])
+
+    loghub(tmp_path, errors=True)
+
+    out = capsys.readouterr().out
+    assert "- Pay E1: split into 2 pattern(s); mixed with []" in out
+    assert "'payment declined: card stolen'" in out
+    assert "Shop" not in out
