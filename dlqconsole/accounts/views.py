@@ -91,7 +91,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
     entries, problems = _filtered(request.GET)
     before = request.GET.get("before", "")
-    if before.isdigit():
+    if before.isascii() and before.isdigit():
         entries = entries.filter(pk__lt=int(before))
     # The id follows the time of writing; ordering by it keeps pages stable and the index small.
     rows = list(entries.order_by("-pk")[: PAGE_SIZE + 1])

@@ -323,7 +323,7 @@ class IdListField(forms.Field):
 
     def to_python(self, value: Any) -> list[int]:
         values = [str(item).strip() for item in value or []]
-        if not all(item.isdigit() for item in values):
+        if not all(item.isascii() and item.isdigit() for item in values):
             raise forms.ValidationError("Alert ids are whole numbers.")
         return list(dict.fromkeys(int(item) for item in values))
 

@@ -696,7 +696,10 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     owner: Any
     if "owner" in request.POST:
         chosen = request.POST["owner"]
-        owner = get_user_model().objects.filter(pk=int(chosen)).first() if chosen.isdigit() else None
+        # isascii: '²' is a digit to isdigit() but not to int(), and '١' should not name user #1.
+        owner = (
+            get_user_model().objects.filter(pk=int(chosen)).first() if chosen.isascii() and chosen.isdigit() else None
+        )
         if chosen and owner is None:
             messages.error(request, "That user does not exist.")
             return redirect(back_url)

@@ -85,3 +85,11 @@ def test_pages_follow_the_ids_and_the_fragment_is_the_table_alone(viewer: User) 
     assert second.strip().startswith('<section id="audit"')
     assert "entry-004" in second and "entry-000" in second and f"entry-{PAGE_SIZE + 4:03d}" not in second
     assert "Older" not in second
+
+
+def test_a_page_mark_in_other_digits_is_ignored_not_a_server_error(viewer: User) -> None:
+    record_audit(actor=None, action="export", target="export:1", detail="the-entry")
+
+    response = client_for(viewer).get("/audit/", {"before": "²"})
+
+    assert response.status_code == 200 and "the-entry" in response.content.decode()

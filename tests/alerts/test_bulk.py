@@ -179,3 +179,18 @@ def test_get_is_not_allowed_on_bulk(client: Client, operator: User) -> None:
     client.force_login(operator)
 
     assert client.get(reverse("alerts:bulk")).status_code == 405
+
+
+def test_ids_in_other_digits_are_refused_not_a_server_error(
+    client: Client, operator: User, firing: list[Alert]
+) -> None:
+    # '²' and '١' pass str.isdigit() but int() refuses the first; neither names an alert.
+    client.force_login(operator)
+
+    response = client.post(
+        reverse("alerts:bulk"), {"action": "acknowledge", "scope": "selected", "ids": ["²", "١"]}, headers=HTMX
+    )
+
+    assert response.status_code == 200
+    assert "Alert ids are whole numbers." in response.content.decode()
+    assert statuses(firing) == [AlertStatus.FIRING] * 3

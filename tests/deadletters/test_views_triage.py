@@ -231,3 +231,17 @@ def test_split_preview_that_matches_nothing_offers_no_split_and_keeps_the_form(o
     assert "matches none of the newest dead letters" in page and 'value="split"' not in page
     assert "nothing was split" in after and 'value="after 1500ms"' in after
     assert not FailurePattern.objects.filter(template="Short timeouts").exists()
+
+
+def test_an_owner_in_other_digits_is_refused_not_a_server_error(operator: User) -> None:
+    # '²' passes str.isdigit() but int() refuses it; '١' (Arabic-Indic one) would name user #1.
+    (stored,) = many(1)
+    client = client_for(operator)
+
+    responses = [
+        client.post(f"/patterns/{stored.pattern_id}/assign/", {"owner": owner, "note": ""}) for owner in ("²", "١")
+    ]
+
+    assert [response.status_code for response in responses] == [302, 302]
+    assert "That user does not exist." in client.get(responses[0]["Location"]).content.decode()
+    assert FailurePattern.objects.get(pk=stored.pattern_id).owner_id is None
