@@ -60,7 +60,7 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
     history = Alert.objects.history().select_related("rule").order_by("-id")
     before = request.GET.get("before", "")
-    if before.isdigit():
+    if before.isascii() and before.isdigit():
         history = history.filter(pk__lt=int(before))
     history_page = list(history[: HISTORY_PAGE + 1])
     context = {

@@ -168,7 +168,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
     if kind in OperationKind.values:
         operations = operations.filter(kind=kind)
     before = request.GET.get("before", "")
-    if before.isdigit():
+    if before.isascii() and before.isdigit():
         operations = operations.filter(pk__lt=int(before))
     rows = list(operations[: HISTORY_PAGE_SIZE + 1])
     more = len(rows) > HISTORY_PAGE_SIZE

@@ -372,3 +372,12 @@ def test_rules_page_lists_the_default_rules_with_their_thresholds(client: Client
         assert name in html
     assert "queue's emergency" in html
     assert ">1 d<" in html
+
+
+def test_alert_history_page_mark_in_other_digits_is_ignored_not_a_server_error(
+    client: Client, viewer: User, firing_alert: Alert
+) -> None:
+    # '²' passes str.isdigit() but int() refuses it.
+    response = login(client, viewer).get(reverse("alerts:list"), {"before": "²"})
+
+    assert response.status_code == 200

@@ -308,3 +308,10 @@ def test_the_start_button_warns_when_messages_cannot_be_replayed(operator: User)
     html = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
 
     assert "None of these 2 messages can be replayed: see why below. They will be marked failed." in html
+
+
+def test_history_page_mark_in_other_digits_is_ignored_not_a_server_error(viewer: User) -> None:
+    # '²' passes str.isdigit() but int() refuses it.
+    response = client_for(viewer).get("/operations/", {"before": "²"})
+
+    assert response.status_code == 200
