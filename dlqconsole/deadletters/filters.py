@@ -192,13 +192,20 @@ def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt
             return now - dt.timedelta(seconds=parse_duration(text))
         except (ValueError, OverflowError):
             raise FilterError(f"{name}: {text!r} is not an age like 30m, 2h or 7d") from None
-    moment = parse_datetime(text)
-    if moment is None:
-        day = parse_date(text)
-        if day is not None:
-            moment = dt.datetime.combine(day, dt.time.min)
+    try:
+        # Both raise ValueError for a well-formed date that does not exist (2026-13-45, 2026-02-30).
+        moment = parse_datetime(text)
+        if moment is None:
+            day = parse_date(text)
+            if day is not None:
+                moment = dt.datetime.combine(day, dt.time.min)
+        if moment is not None and timezone.is_naive(moment):
+            moment = timezone.make_aware(moment, dt.UTC)
+        if moment is not None:
+            # Past the first or last day once in UTC (9999-12-31T23:00-05:00): the database cannot store it.
+            moment.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        moment = None
     if moment is None:
         raise FilterError(f"{name} must be an ISO date/time or an age like 30m, 2h, 7d; not {value!r}")
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment, dt.UTC)
     return moment

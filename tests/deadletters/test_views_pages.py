@@ -286,6 +286,18 @@ def test_messages_page_reports_a_bad_filter_instead_of_failing(viewer_client: Cl
 
 
 @pytest.mark.sqlite
+@pytest.mark.parametrize("moment", ["2026-13-45", "2026-02-30T10:00", "9999-12-31T23:59:59-23:00"])
+def test_messages_page_reports_an_impossible_date_instead_of_failing(viewer_client: Client, moment: str) -> None:
+    # Well formed but no such day (parse_date raises), or past the last day once in UTC.
+    many(1)
+
+    response = viewer_client.get("/messages/", {"since": moment})
+
+    assert response.status_code == 200
+    assert "since must be an ISO date/time or an age" in response.content.decode()
+
+
+@pytest.mark.sqlite
 def test_messages_page_keeps_the_filter_in_bookmarkable_links(viewer_client: Client) -> None:
     many(60, queue="orders")
 
