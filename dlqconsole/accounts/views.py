@@ -69,6 +69,10 @@ def _target_filter(value: str) -> Q:
 def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
     entries = AuditEntry.objects.select_related("actor")
     problems: list[str] = []
+    for name in ("actor", "action", "target"):
+        if "\x00" in query.get(name, ""):
+            # No entry holds one (PostgreSQL text cannot), and a query that compares with one fails.
+            return entries.none(), [f"{name}: a NUL character matches nothing."]
     if person := query.get("actor", "").strip():
         entries = entries.filter(Q(actor_name__iexact=person) | Q(actor__username__iexact=person))
     if action := query.get("action", "").strip():

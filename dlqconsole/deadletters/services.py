@@ -366,6 +366,8 @@ def validate_rule(*, name: str, regex: str, header: str, rule_id: int | None = N
     name = name.strip()
     if not name:
         raise PatternError("Give the rule a name; it becomes the template of its pattern.")
+    if "\x00" in name:
+        raise PatternError("A rule's name cannot hold a NUL character.")
     _validate_match(regex=regex, header=header)
     other_rules = FingerprintRule.objects.filter(name__iexact=name)
     patterns = FailurePattern.objects.active().filter(template__iexact=name)
@@ -381,6 +383,8 @@ def validate_rule(*, name: str, regex: str, header: str, rule_id: int | None = N
 
 
 def _validate_match(*, regex: str, header: str) -> None:
+    if "\x00" in regex or "\x00" in header:
+        raise PatternError("A rule cannot hold a NUL character.")
     if not regex and not header.strip():
         raise PatternError("A rule needs a regular expression, a header, or both.")
     if regex:

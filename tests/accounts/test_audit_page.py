@@ -101,3 +101,15 @@ def test_an_impossible_date_is_reported_not_a_server_error(viewer: User) -> None
     html = response.content.decode()
     assert response.status_code == 200
     assert "since must be an ISO date/time or an age" in html and "until must be an ISO date/time or an age" in html
+
+
+@pytest.mark.parametrize("name", ["actor", "action", "target"])
+def test_a_nul_character_in_a_filter_matches_nothing_instead_of_failing(viewer: User, name: str) -> None:
+    # PostgreSQL text cannot hold a NUL, and a query that compares with one fails.
+    record_audit(actor=None, action="export", target="export:1", detail="the-entry")
+
+    response = client_for(viewer).get("/audit/", {name: "export\x00"})
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "NUL character" in html and "the-entry" not in html

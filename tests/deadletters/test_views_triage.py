@@ -245,3 +245,22 @@ def test_an_owner_in_other_digits_is_refused_not_a_server_error(operator: User) 
     assert [response.status_code for response in responses] == [302, 302]
     assert "That user does not exist." in client.get(responses[0]["Location"]).content.decode()
     assert FailurePattern.objects.get(pk=stored.pattern_id).owner_id is None
+
+
+@pytest.mark.parametrize(
+    "form", [{"name": "Short\x00timeouts", "regex": "1500ms"}, {"name": "Short", "regex": "1500\x00"}]
+)
+def test_a_split_with_a_nul_character_is_refused_not_a_server_error(operator: User, form: dict[str, str]) -> None:
+    # PostgreSQL text cannot hold a NUL: the name check and the rule's insert both failed with a 500.
+    many(3, error="Request timed out after 3000ms")
+    letters = many(2, error="Request timed out after 1500ms")
+    client = client_for(operator)
+
+    responses = [
+        client.post(f"/patterns/{letters[0].pattern_id}/split/", {**form, "action": action})
+        for action in ("preview", "split")
+    ]
+
+    assert [response.status_code for response in responses] == [302, 302]
+    assert "NUL character" in client.get(responses[1]["Location"]).content.decode()
+    assert FailurePattern.objects.count() == 1
