@@ -247,6 +247,8 @@ class Operation(models.Model):
         if self.canary_failed:
             if self.status == OperationStatus.PAUSED:
                 return "failed: its messages came back"
+            if self.status == OperationStatus.CANCELLED:
+                return "failed: its messages came back; the operation was cancelled"
             return "failed: its messages came back; resumed by a person"
         if self.canary_passed:
             return "passed"
@@ -256,6 +258,8 @@ class Operation(models.Model):
             return f"watching until {timezone.localtime(self.canary_until):%H:%M:%S}"
         if self.status == OperationStatus.PAUSED:
             return "paused during its wait"
+        if self.status == OperationStatus.CANCELLED:
+            return "its wait was cut short: the operation was cancelled"
         return "its wait was cut short by a pause"
 
     @property

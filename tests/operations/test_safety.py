@@ -139,6 +139,17 @@ def test_a_failed_canary_resumed_by_a_person_is_not_called_passed(channel, queue
     assert "resumed by a person" in page and ", passed" not in page
 
 
+def test_a_canary_of_a_cancelled_operation_is_not_said_to_be_resumed_or_paused():
+    # Cancelled after its canary failed (never resumed), or cancelled during the canary's wait (never paused).
+    failed = Operation(kind=OperationKind.RETRY, canary_size=2, canary_failed=True, status=OperationStatus.CANCELLED)
+    waiting = Operation(
+        kind=OperationKind.RETRY, canary_size=2, canary_until=timezone.now(), status=OperationStatus.CANCELLED
+    )
+
+    assert failed.canary_label == "failed: its messages came back; the operation was cancelled"
+    assert waiting.canary_label == "its wait was cut short: the operation was cancelled"
+
+
 def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
     orders = queue_name("orders")
     dead_letters_on_broker(channel, orders, 5)
