@@ -124,6 +124,11 @@ class DeadLetterFilter:
             raise FilterError(f"at most {MAX_IDS} ids in one filter; use another filter for more")
         self.queue = [str(value) for value in self.queue]
         self.message_id = [str(value) for value in self.message_id]
+        # Stored text never holds a NUL (PostgreSQL refuses one); a payload, searched as bytes, may.
+        for name in ("queue", "message_id", "error_type", "host", "version", "text", "since", "until"):
+            value = getattr(self, name)
+            if any("\x00" in item for item in (value if isinstance(value, list) else [value])):
+                raise FilterError(f"{name} cannot hold a NUL character")
         reasons = set(FailureReason.values)
         self.reason = [str(value).upper() for value in self.reason]
         unknown = [value for value in self.reason if value not in reasons]

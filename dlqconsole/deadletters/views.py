@@ -157,7 +157,9 @@ def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySe
     if chosen["queue"]:
         in_queue = DeadLetterCount.objects.filter(source_queue=chosen["queue"], count__gt=0).values("pattern_id")
         patterns = patterns.filter(pk__in=in_queue)
-    if chosen["q"]:
+    if "\x00" in chosen["q"] + chosen["queue"]:
+        patterns = patterns.none()  # stored text never holds a NUL (PostgreSQL refuses one): nothing matches
+    elif chosen["q"]:
         patterns = patterns.filter(Q(template__icontains=chosen["q"]) | Q(error_type__icontains=chosen["q"]))
     if chosen["owner"] == "me":
         patterns = patterns.filter(owner_id=user_id)

@@ -245,17 +245,18 @@ class Operation(models.Model):
         if not self.canary_size:
             return ""
         if self.canary_failed:
+            why = "failed: its messages came back" if self.returned else "failed: its messages could not be published"
             if self.status == OperationStatus.PAUSED:
-                return "failed: its messages came back"
+                return why
             if self.status == OperationStatus.CANCELLED:
-                return "failed: its messages came back; the operation was cancelled"
-            return "failed: its messages came back; resumed by a person"
+                return f"{why}; the operation was cancelled"
+            return f"{why}; resumed by a person"
         if self.canary_passed:
             return "passed"
         if self.canary_until is None:
             return "not yet replayed" if self.status in (OperationStatus.PLANNED, OperationStatus.CANARY) else ""
         if self.status == OperationStatus.CANARY:
-            return f"watching until {timezone.localtime(self.canary_until):%H:%M:%S}"
+            return f"watching until {timezone.localtime(self.canary_until):%H:%M:%S %Z}"
         if self.status == OperationStatus.PAUSED:
             return "paused during its wait"
         if self.status == OperationStatus.CANCELLED:

@@ -285,6 +285,19 @@ def test_messages_page_reports_a_bad_filter_instead_of_failing(viewer_client: Cl
     assert "No dead letter matches." in response.content.decode()
 
 
+@pytest.mark.parametrize(
+    "query", ["/messages/?queue=%00", "/messages/?error_type=a%00b", "/messages/?text=%00", "/patterns/?q=%00"]
+)
+def test_a_nul_character_in_a_filter_matches_nothing_instead_of_failing(viewer_client: Client, query: str) -> None:
+    many(1)
+
+    response = viewer_client.get(query)
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "cannot hold a NUL character" in html or "No pattern matches." in html
+
+
 @pytest.mark.sqlite
 @pytest.mark.parametrize("moment", ["2026-13-45", "2026-02-30T10:00", "9999-12-31T23:59:59-23:00"])
 def test_messages_page_reports_an_impossible_date_instead_of_failing(viewer_client: Client, moment: str) -> None:

@@ -141,13 +141,26 @@ def test_a_failed_canary_resumed_by_a_person_is_not_called_passed(channel, queue
 
 def test_a_canary_of_a_cancelled_operation_is_not_said_to_be_resumed_or_paused():
     # Cancelled after its canary failed (never resumed), or cancelled during the canary's wait (never paused).
-    failed = Operation(kind=OperationKind.RETRY, canary_size=2, canary_failed=True, status=OperationStatus.CANCELLED)
+    failed = Operation(
+        kind=OperationKind.RETRY, canary_size=2, canary_failed=True, returned=2, status=OperationStatus.CANCELLED
+    )
     waiting = Operation(
         kind=OperationKind.RETRY, canary_size=2, canary_until=timezone.now(), status=OperationStatus.CANCELLED
     )
 
     assert failed.canary_label == "failed: its messages came back; the operation was cancelled"
     assert waiting.canary_label == "its wait was cut short: the operation was cancelled"
+
+
+def test_the_canary_label_says_why_it_failed_and_when_it_watches_until() -> None:
+    until = dt.datetime(2026, 11, 26, 9, 30, 5, tzinfo=dt.UTC)
+    unpublished = Operation(canary_size=2, canary_failed=True, returned=0, failed=2, status=OperationStatus.PAUSED)
+    came_back = Operation(canary_size=2, canary_failed=True, returned=1, status=OperationStatus.CANCELLED)
+    watching = Operation(canary_size=2, canary_until=until, status=OperationStatus.CANARY)
+
+    assert unpublished.canary_label == "failed: its messages could not be published"
+    assert came_back.canary_label == "failed: its messages came back; the operation was cancelled"
+    assert watching.canary_label == "watching until 09:30:05 UTC"
 
 
 def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
