@@ -336,6 +336,8 @@ class BulkAlertForm(SilenceForm):
         choices=[("selected", "Ticked alerts"), ("firing", "All firing alerts")], initial="selected"
     )
     ids = IdListField(required=False)
+    # The firing alerts the page showed: "all firing" means those, not one that fired after the page was drawn.
+    shown = IdListField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -343,6 +345,9 @@ class BulkAlertForm(SilenceForm):
 
     def clean_ids(self) -> list[int]:
         return self.cleaned_data["ids"][:BULK_MAX]
+
+    def clean_shown(self) -> list[int]:
+        return self.cleaned_data["shown"][:BULK_MAX]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -354,7 +359,7 @@ class BulkAlertForm(SilenceForm):
 
     def alerts(self) -> list[Alert]:
         if self.cleaned_data["scope"] == "firing":
-            chosen = Alert.objects.filter(status=AlertStatus.FIRING)
+            chosen = Alert.objects.filter(status=AlertStatus.FIRING, pk__in=self.cleaned_data["shown"])
         else:
             chosen = Alert.objects.filter(pk__in=self.cleaned_data["ids"])
         return list(chosen.select_related("rule").order_by("pk")[:BULK_MAX])

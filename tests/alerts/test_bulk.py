@@ -4,6 +4,7 @@ per bulk action, and each alert moved through the same lifecycle step as a singl
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -69,14 +70,33 @@ def test_acknowledging_all_firing_skips_nothing_else_and_stops_reminders(
     firing[0].rule.channels.set([webhook])
     client.force_login(operator)
 
-    response = client.post(reverse("alerts:bulk"), {"action": "acknowledge", "scope": "firing"}, follow=True)
+    page = client.get(reverse("alerts:list")).content.decode()
+    shown = re.findall(r'name="shown" value="(\d+)"', page)
+    response = client.post(
+        reverse("alerts:bulk"), {"action": "acknowledge", "scope": "firing", "shown": shown}, follow=True
+    )
 
+    assert sorted(shown) == sorted(str(alert.pk) for alert in firing)
     assert response.redirect_chain == [(reverse("alerts:list"), 302)]
     assert "Acknowledged 3 alerts." in response.content.decode()
     assert statuses(firing) == [AlertStatus.ACKNOWLEDGED] * 3
     # As with a single acknowledgement, the tick sends no reminder for them when one would be due.
     evaluate_rules(now=timezone.now() + dt.timedelta(minutes=5))
     assert not Notification.objects.filter(kind=NotificationKind.REMINDER).exists()
+
+
+def test_all_firing_means_the_alerts_the_page_showed_not_one_that_fired_since(
+    client: Client, operator: User, firing: list[Alert]
+) -> None:
+    client.force_login(operator)
+    shown = [str(alert.pk) for alert in firing[:2]]  # the third fired after the page was drawn
+
+    response = client.post(
+        reverse("alerts:bulk"), {"action": "acknowledge", "scope": "firing", "shown": shown}, headers=HTMX
+    )
+
+    assert "Acknowledged 2 alerts." in response.content.decode()
+    assert statuses(firing) == [AlertStatus.ACKNOWLEDGED, AlertStatus.ACKNOWLEDGED, AlertStatus.FIRING]
 
 
 def test_alerts_no_longer_firing_are_skipped_and_named_in_the_audit(
