@@ -113,3 +113,16 @@ def test_a_nul_character_in_a_filter_matches_nothing_instead_of_failing(viewer: 
     html = response.content.decode()
     assert response.status_code == 200
     assert "NUL character" in html and "the-entry" not in html
+
+
+def test_message_and_pattern_pages_link_to_their_audit_entries(viewer: User) -> None:
+    from tests.deadletters.page_world import many
+
+    (letter,) = many(1)
+    client = client_for(viewer)
+
+    message_page = client.get(f"/messages/{letter.pk}/").content.decode()
+    pattern_page = client.get(f"/patterns/{letter.pattern_id}/").content.decode()
+
+    assert f'href="/audit/?target=deadletter:{letter.pk}"' in message_page
+    assert f'href="/audit/?target=pattern:{letter.pattern_id}"' in pattern_page
