@@ -15,12 +15,12 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
     (
         FailureReason.RATE_LIMITED,
         re.compile(r"RateLimit|Throttl|TooManyRequests|QuotaExceeded", re.I),
-        re.compile(r"rate.?limit|too many requests|\b429\b|throttl|quota exceeded|slow down", re.I),
+        re.compile(r"rate.?limit|too many requests|throttl|quota exceeded|slow down", re.I),
     ),
     (
         FailureReason.TIMEOUT,
         re.compile(r"Timeout|TimedOut|DeadlineExceeded|SocketTimeout", re.I),
-        re.compile(r"timed? ?out|timeout|deadline exceeded|\b504\b|took too long", re.I),
+        re.compile(r"timed? ?out|timeout|deadline exceeded|took too long", re.I),
     ),
     (
         FailureReason.NETWORK_ERROR,
@@ -28,7 +28,7 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
         re.compile(
             r"connection (reset|refused|aborted|closed|error)|network|unreachable|broken pipe|ECONNRESET|"
             r"ECONNREFUSED|EHOSTUNREACH|ENOTFOUND|name or service not known|getaddrinfo|no route to host|"
-            r"\b50[23]\b|service unavailable|bad gateway|ssl|eof occurred|socket",
+            r"service unavailable|bad gateway|ssl|eof occurred|socket",
             re.I,
         ),
     ),
@@ -36,7 +36,7 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
         FailureReason.AUTH,
         re.compile(r"Auth|Permission|Forbidden|AccessDenied|Unauthori[sz]ed|Credential|Token", re.I),
         re.compile(
-            r"unauthori[sz]ed|forbidden|access denied|permission denied|\b40[13]\b|invalid token|token expired|"
+            r"unauthori[sz]ed|forbidden|access denied|permission denied|invalid token|token expired|"
             r"authentication failed|invalid credentials|not authori[sz]ed",
             re.I,
         ),
@@ -44,13 +44,13 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
     (
         FailureReason.NOT_FOUND,
         re.compile(r"NotFound|DoesNotExist|NoSuch|Missing|KeyError|LookupError|FileNotFound", re.I),
-        re.compile(r"not found|does not exist|no such|\b404\b|unknown (id|user|order|key)|missing", re.I),
+        re.compile(r"not[ _]found|does not exist|no such|unknown (id|user|order|key)|missing", re.I),
     ),
     (
         FailureReason.CONFLICT,
         re.compile(r"Conflict|Duplicate|IntegrityError|UniqueViolation|AlreadyExists|OptimisticLock|Concurren", re.I),
         re.compile(
-            r"conflict|duplicate|already exists|unique constraint|\b409\b|version mismatch|optimistic lock|"
+            r"conflict|duplicate|already exists|unique constraint|version mismatch|optimistic lock|"
             r"deadlock",
             re.I,
         ),
@@ -63,15 +63,15 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
             re.I,
         ),
         re.compile(
-            r"validat|invalid|required|must be|malformed|cannot parse|could not parse|unexpected token|\b400\b|"
-            r"\b422\b|bad request|schema|not a valid|out of range|too long|expected",
+            r"validat|invalid|required|must be|malformed|cannot parse|could not parse|unexpected token|"
+            r"unprocessable|bad request|schema|not a valid|out of range|too long|expected",
             re.I,
         ),
     ),
     (
         FailureReason.INTERNAL,
         re.compile(r"Error|Exception|Panic|Fault", re.I),
-        re.compile(r"internal server error|\b500\b|panic|null ?pointer|segmentation|assert", re.I),
+        re.compile(r"internal server error|panic|null ?pointer|segmentation|assert", re.I),
     ),
 ]
 
@@ -81,8 +81,8 @@ RULES: list[tuple[FailureReason, re.Pattern[str], re.Pattern[str]]] = [
 # search runs only for rules whose words occur: same answers, a few times faster (classification runs for
 # every ingested message).
 KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
-    FailureReason.RATE_LIMITED: ("rate", "too many requests", "429", "throttl", "quota exceeded", "slow down"),
-    FailureReason.TIMEOUT: ("time", "deadline exceeded", "504", "took too long"),
+    FailureReason.RATE_LIMITED: ("rate", "too many requests", "throttl", "quota exceeded", "slow down"),
+    FailureReason.TIMEOUT: ("time", "deadline exceeded", "took too long"),
     FailureReason.NETWORK_ERROR: (
         "connection ",
         "network",
@@ -94,8 +94,6 @@ KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
         "name or service not known",
         "getaddrinfo",
         "no route to host",
-        "502",
-        "503",
         "service unavailable",
         "bad gateway",
         "ssl",
@@ -107,21 +105,18 @@ KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
         "forbidden",
         "access denied",
         "permission denied",
-        "401",
-        "403",
         "invalid token",
         "token expired",
         "authentication failed",
         "invalid credentials",
         "not authori",
     ),
-    FailureReason.NOT_FOUND: ("not found", "does not exist", "no such", "404", "unknown ", "missing"),
+    FailureReason.NOT_FOUND: ("not found", "not_found", "does not exist", "no such", "unknown ", "missing"),
     FailureReason.CONFLICT: (
         "conflict",
         "duplicate",
         "already exists",
         "unique constraint",
-        "409",
         "version mismatch",
         "optimistic lock",
         "deadlock",
@@ -134,8 +129,7 @@ KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
         "malformed",
         "parse",
         "unexpected token",
-        "400",
-        "422",
+        "unprocessable",
         "bad request",
         "schema",
         "not a valid",
@@ -143,9 +137,37 @@ KEYWORDS: dict[FailureReason, tuple[str, ...]] = {
         "too long",
         "expected",
     ),
-    FailureReason.INTERNAL: ("internal server error", "500", "panic", "null", "segmentation", "assert"),
+    FailureReason.INTERNAL: ("internal server error", "panic", "null", "segmentation", "assert"),
 }
 MESSAGE_RULES = [(reason, message_pattern, KEYWORDS[reason]) for reason, _, message_pattern in RULES]
+
+# An HTTP status code counts only where the text says it is one ("status 503", "HTTP/1.1 429", "returned 404",
+# "code=500"): a bare number is as likely an amount, a count or an id ("refund of 500 EUR failed"), and reading it
+# as a status would file the same failure under different reasons (and patterns) as the number varies.
+HTTP_STATUS = re.compile(
+    r"\b(?:status|http(?:/[\d.]+)?|code|response|responded|returned|got|failed|error)"
+    r"(?:\s+(?:code|status|with|of|was|is))*[\s:=#(\[]{1,3}(?P<code>[1-5]\d\d)\b"
+    # A reply code as client libraries print it: "(404, 'NOT_FOUND - ...')", "Exception (503)".
+    r"|\((?P<paren>[1-5]\d\d)[,)]",
+    re.I,
+)
+STATUS_REASONS = {
+    429: FailureReason.RATE_LIMITED,
+    408: FailureReason.TIMEOUT,
+    504: FailureReason.TIMEOUT,
+    502: FailureReason.NETWORK_ERROR,
+    503: FailureReason.NETWORK_ERROR,
+    401: FailureReason.AUTH,
+    403: FailureReason.AUTH,
+    404: FailureReason.NOT_FOUND,
+    410: FailureReason.NOT_FOUND,
+    409: FailureReason.CONFLICT,
+    400: FailureReason.VALIDATION_FAILED,
+    422: FailureReason.VALIDATION_FAILED,
+    500: FailureReason.INTERNAL,
+}
+# The rules' order, for choosing between a status code and a phrase when both are in the text.
+RULE_ORDER = {reason: position for position, (reason, _, _) in enumerate(RULES)}
 
 
 def classify(*, error_type: str, message: str, stack_trace: str = "") -> FailureReason | None:
@@ -160,12 +182,21 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
             if type_pattern.search(short_type):
                 return reason
     lowered = head.lower()
+    by_status = None
+    for found in HTTP_STATUS.finditer(head):
+        if (reason := STATUS_REASONS.get(int(found["code"] or found["paren"]))) is not None:
+            by_status = reason
+            break
     for reason, message_pattern, keywords in MESSAGE_RULES:
+        if by_status is not None and RULE_ORDER[by_status] <= RULE_ORDER[reason]:
+            return by_status
         for keyword in keywords:
             if keyword in lowered:
                 if message_pattern.search(head):
                     return reason
                 break
+    if by_status is not None:
+        return by_status
     if short_type or stack_trace:
         return FailureReason.INTERNAL
     return FailureReason.INTERNAL if head else None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlqconsole.deadletters.models import FailureReason
-from dlqconsole.ingest.classify import RULES, classify
+from dlqconsole.ingest.classify import HTTP_STATUS, RULES, STATUS_REASONS, classify
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
 # One phrase per alternative of every message rule, in odd cases, so each keyword list is exercised.
@@ -110,8 +110,10 @@ def by_regex_only(*, error_type: str, message: str, stack_trace: str = "") -> Fa
     for reason, type_pattern, _ in RULES[:-1]:
         if short_type and type_pattern.search(short_type):
             return reason
+    statuses = [STATUS_REASONS.get(int(found["code"] or found["paren"])) for found in HTTP_STATUS.finditer(head)]
+    status = next((reason for reason in statuses if reason is not None), None)
     for reason, _, message_pattern in RULES:
-        if message_pattern.search(head):
+        if reason == status or message_pattern.search(head):
             return reason
     if short_type or stack_trace:
         return FailureReason.INTERNAL
@@ -132,6 +134,30 @@ def test_prefilter_agrees_with_the_regex_rules_on_the_whole_error_corpus() -> No
             found = classify(error_type=error_type, message=row["message"], stack_trace=row["stack_trace"])
             expected = by_regex_only(error_type=error_type, message=row["message"], stack_trace=row["stack_trace"])
             assert found == expected, row
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("POST /v1/charges returned 429", FailureReason.RATE_LIMITED),
+        ("upstream error: status=503", FailureReason.NETWORK_ERROR),
+        ("HTTP/1.1 504 Gateway Timeout", FailureReason.TIMEOUT),
+        ("Request failed with status code 404", FailureReason.NOT_FOUND),
+        ("(404, \"NOT_FOUND - no exchange 'orders.events' in vhost '/'\")", FailureReason.NOT_FOUND),
+        ("webhook failed after 3 attempts: HTTP 410 Gone", FailureReason.NOT_FOUND),
+        ("got 401 from the identity service", FailureReason.AUTH),
+    ],
+)
+def test_status_codes_count_where_the_text_says_they_are_status_codes(message: str, reason: FailureReason) -> None:
+    assert classify(error_type="", message=message) == reason
+
+
+@pytest.mark.parametrize("amount", ["120", "404", "429", "500", "503"])
+def test_a_number_that_only_looks_like_a_status_code_does_not_change_the_reason(amount: str) -> None:
+    # An amount, count or id that happens to equal a status code must not file the same failure under another
+    # reason (and so another pattern) than its neighbours with other numbers.
+    assert classify(error_type="", message=f"refund of {amount} EUR declined for order 17") == FailureReason.INTERNAL
+    assert classify(error_type="", message=f"{amount} bytes sent, lifetime 2 sec") == FailureReason.INTERNAL
 
 
 def test_phrases_fall_into_their_rules() -> None:
