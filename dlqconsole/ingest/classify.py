@@ -182,10 +182,10 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
             if type_pattern.search(short_type):
                 return reason
     lowered = head.lower()
-    by_status = None
+    by_status: FailureReason | None = None
     for found in HTTP_STATUS.finditer(head):
-        if (reason := STATUS_REASONS.get(int(found["code"] or found["paren"]))) is not None:
-            by_status = reason
+        by_status = STATUS_REASONS.get(int(found["code"] or found["paren"]))
+        if by_status is not None:
             break
     for reason, message_pattern, keywords in MESSAGE_RULES:
         if by_status is not None and RULE_ORDER[by_status] <= RULE_ORDER[reason]:
