@@ -166,6 +166,16 @@ STATUS_REASONS = {
     422: FailureReason.VALIDATION_FAILED,
     500: FailureReason.INTERNAL,
 }
+# Addresses are names, not words: "POST https://api.example/v1/network-settings failed", "GET /users/missing-avatar"
+# or "ssl.example.com:443 closed" say nothing about the failure through the words inside them (and would file the
+# same failure under different reasons as the address varies). The words rules read skip them.
+ADDRESS = re.compile(
+    r"\b[a-z][a-z0-9+.-]*://\S+"  # a URL
+    r"|(?<![\w/])/[\w.~%-]+(?:/[\w.~%-]*)+"  # a path of two or more parts
+    r"|\b[\w-]+(?:\.[\w-]+)+:\d+\b",  # host:port
+    re.I,
+)
+
 # The rules' order, for choosing between a status code and a phrase when both are in the text.
 RULE_ORDER = {reason: position for position, (reason, _, _) in enumerate(RULES)}
 
@@ -181,7 +191,10 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
         for reason, type_pattern, _ in RULES[:-1]:
             if type_pattern.search(short_type):
                 return reason
+    # The keywords are looked for in the whole text (a cheap over-approximation); the rule's own expression then
+    # reads the text without its addresses, blanked once, only when some keyword is there.
     lowered = head.lower()
+    words: str | None = None
     by_status: FailureReason | None = None
     for found in HTTP_STATUS.finditer(head):
         by_status = STATUS_REASONS.get(int(found["code"] or found["paren"]))
@@ -192,7 +205,9 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
             return by_status
         for keyword in keywords:
             if keyword in lowered:
-                if message_pattern.search(head):
+                if words is None:
+                    words = ADDRESS.sub(" ", head) if ("/" in head or ":" in head) else head
+                if message_pattern.search(words):
                     return reason
                 break
     if by_status is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlqconsole.deadletters.models import FailureReason
-from dlqconsole.ingest.classify import HTTP_STATUS, RULES, STATUS_REASONS, classify
+from dlqconsole.ingest.classify import ADDRESS, HTTP_STATUS, RULES, STATUS_REASONS, classify
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
 # One phrase per alternative of every message rule, in odd cases, so each keyword list is exercised.
@@ -112,8 +112,9 @@ def by_regex_only(*, error_type: str, message: str, stack_trace: str = "") -> Fa
             return reason
     statuses = [STATUS_REASONS.get(int(found["code"] or found["paren"])) for found in HTTP_STATUS.finditer(head)]
     status = next((reason for reason in statuses if reason is not None), None)
+    words = ADDRESS.sub(" ", head)
     for reason, _, message_pattern in RULES:
-        if reason == status or message_pattern.search(head):
+        if reason == status or message_pattern.search(words):
             return reason
     if short_type or stack_trace:
         return FailureReason.INTERNAL
@@ -158,6 +159,29 @@ def test_a_number_that_only_looks_like_a_status_code_does_not_change_the_reason(
     # reason (and so another pattern) than its neighbours with other numbers.
     assert classify(error_type="", message=f"refund of {amount} EUR declined for order 17") == FailureReason.INTERNAL
     assert classify(error_type="", message=f"{amount} bytes sent, lifetime 2 sec") == FailureReason.INTERNAL
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "https://api.example.com/v1/network-settings",
+        "https://api.example.com/v1/orders?timeout=30",
+        "/users/missing-avatar/render",
+        "ssl-gateway.internal:8443",
+    ],
+)
+def test_words_inside_an_address_do_not_change_the_reason(address: str) -> None:
+    assert classify(error_type="", message=f"POST {address} failed: status 500") == FailureReason.INTERNAL
+    assert classify(error_type="", message=f"cannot render {address} for tenant 7") == FailureReason.INTERNAL
+
+
+def test_words_beside_an_address_still_count() -> None:
+    assert classify(error_type="", message="connect ECONNREFUSED 10.0.0.7:6379") == FailureReason.NETWORK_ERROR
+    assert (
+        classify(error_type="", message="Failed to connect to db.internal:5432: Connection refused")
+        == FailureReason.NETWORK_ERROR
+    )
+    assert classify(error_type="", message="GET https://api.example.com/x timed out") == FailureReason.TIMEOUT
 
 
 def test_phrases_fall_into_their_rules() -> None:
