@@ -166,13 +166,17 @@ STATUS_REASONS = {
     422: FailureReason.VALIDATION_FAILED,
     500: FailureReason.INTERNAL,
 }
-# Addresses are names, not words: "POST https://api.example/v1/network-settings failed", "GET /users/missing-avatar"
-# or "ssl.example.com:443 closed" say nothing about the failure through the words inside them (and would file the
-# same failure under different reasons as the address varies). The words rules read skip them.
+# Addresses and quoted values are names, not words: "POST https://api.example/v1/network-settings failed",
+# "GET /users/missing-avatar", "ssl.example.com:443 closed" or "missing field 'network_id'" say nothing about the
+# failure through the words inside them (and would file the same failure under different reasons as the value
+# varies). The words rules read skip them.
 ADDRESS = re.compile(
     r"\b[a-z][a-z0-9+.-]*://\S+"  # a URL
     r"|(?<![\w/])/[\w.~%-]+(?:/[\w.~%-]*)+"  # a path of two or more parts
-    r"|\b[\w-]+(?:\.[\w-]+)+:\d+\b",  # host:port
+    r"|\b[\w-]+(?:\.[\w-]+)+:\d+\b"  # host:port
+    # One word in single quotes or backticks ("missing field 'network_id'"): a value, like an address. (Quoted
+    # phrases stay: "('Connection aborted.', ...)", "'503 Service Unavailable'" are the error's own words.)
+    r"|(?<!\w)'[^'\s]{1,80}'(?!\w)|`[^`\s]{1,80}`",
     re.I,
 )
 
@@ -206,7 +210,7 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
         for keyword in keywords:
             if keyword in lowered:
                 if words is None:
-                    words = ADDRESS.sub(" ", head) if ("/" in head or ":" in head) else head
+                    words = ADDRESS.sub(" ", head) if any(mark in head for mark in "/:'`") else head
                 if message_pattern.search(words):
                     return reason
                 break

@@ -175,6 +175,22 @@ def test_words_inside_an_address_do_not_change_the_reason(address: str) -> None:
     assert classify(error_type="", message=f"cannot render {address} for tenant 7") == FailureReason.INTERNAL
 
 
+@pytest.mark.parametrize("field", ["network_id", "timeout_ms", "ssl_mode", "duplicate_of"])
+def test_a_quoted_value_does_not_change_the_reason(field: str) -> None:
+    for message in ("missing required field '{}'", "unknown column `{}` in field list"):
+        assert classify(error_type="", message=message.format(field)) == classify(
+            error_type="", message=message.format("email")
+        )
+
+
+def test_quoted_phrases_are_the_errors_own_words() -> None:
+    assert (
+        classify(error_type="", message="('Connection aborted.', RemoteDisconnected('closed'))")
+        == FailureReason.NETWORK_ERROR
+    )
+    assert classify(error_type="", message="(1213, 'Deadlock found when trying to get lock')") == FailureReason.CONFLICT
+
+
 def test_words_beside_an_address_still_count() -> None:
     assert classify(error_type="", message="connect ECONNREFUSED 10.0.0.7:6379") == FailureReason.NETWORK_ERROR
     assert (
