@@ -250,8 +250,9 @@ class DeadLetterConsumer:
             log.info("queue %s is no longer watched; stopping its consumer", queue)
             self.retired.append(self.channels.pop(queue))
             self.retired[-1].basic_cancel(consumer_tag=f"consume_dlq:{queue}")
-        if self.missing:
-            # A queue about to be declared (a service starting beside us) is picked up within seconds.
+        if self.missing or not wanted:
+            # A queue about to be declared (a service starting beside us), or the first watched queue about to be
+            # recorded (declare_topology or the demo running as the console starts), is picked up within seconds.
             self.next_refresh = min(self.next_refresh, self.clock() + MISSING_RETRY_SECONDS)
 
     def start_consuming(self, queue: str) -> None:

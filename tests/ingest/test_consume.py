@@ -340,3 +340,32 @@ def test_a_missing_queue_is_tried_again_within_seconds(
     consumer.refresh_queues()
 
     assert consumer.missing and consumer.next_refresh == 1005.0
+
+
+@transactional
+def test_with_no_queue_to_consume_the_watched_queues_are_read_again_within_seconds(
+    queue_name: Callable[[str], str],
+    make_consumer: Callable[..., DeadLetterConsumer],
+    settings: Any,
+    amqp_channel: Any,
+) -> None:
+    """The console starting before anything is watched (the demo declares its queues a moment later) should not
+    wait for the 30 s refresh to drain them."""
+    from dlqconsole.ingest.models import WatchedQueue
+
+    settings.DLQ_QUEUES = []
+    now = [1000.0]
+    consumer = make_consumer(refresh_seconds=30, clock=lambda: now[0])
+    consumer.connect()
+    WatchedQueue.objects.all().delete()
+
+    consumer.refresh_queues()
+    nothing_watched_next = consumer.next_refresh
+    queue = queue_name("later")
+    amqp_channel.queue_declare(queue=f"{queue}.dlq", durable=True)
+    WatchedQueue.objects.create(name=queue, dead_letter_queue=f"{queue}.dlq")
+    now[0] = nothing_watched_next
+    consumer.refresh_queues()
+
+    assert nothing_watched_next == 1005.0
+    assert f"{queue}.dlq" in consumer.channels
