@@ -270,6 +270,30 @@ def fingerprint(*, error_type: str, message: str, stack_trace: str = "", fallbac
     return found
 
 
+# How much of the message a stack trace's pattern shows beside its type and frames.
+TRACE_DETAIL_CHARS = 160
+MASKED = re.compile(r"<[^<>]*>")
+WORD = re.compile(r"[^\W\d_]{2,}")
+QUOTED_VALUE = re.compile(r"'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|`[^`\n]{1,200}`")
+
+
+def _trace_template(found: stacktrace.TraceSignature, message: str) -> str:
+    """'KeyError: <*> · in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions': the type's
+    own name, the first line of the (masked) message of the dead letter that opened the pattern, and the frames
+    that key it. The key is the type and frames only, so the message shown is an example of the pattern's."""
+    short_type = re.split(r"\.|::", found.error_type)[-1] if found.error_type else "Error"
+    first_line = message.strip().split("\n", 1)[0]
+    head, rest = split_error_type(first_line)
+    # Quoted values too: the pattern holds every message raised there, with whatever field or key it names.
+    detail = QUOTED_VALUE.sub("<*>", mask(rest if head else first_line)).strip()
+    if not WORD.search(MASKED.sub("", detail)):
+        detail = ""  # only values ("KeyError: 'SPRING'"): the type says it all
+    if len(detail) > TRACE_DETAIL_CHARS:
+        detail = detail[: TRACE_DETAIL_CHARS - 1].rstrip() + "…"
+    where = "in " + " ← ".join(found.frames)
+    return f"{short_type}: {detail} · {where}" if detail else f"{short_type} {where}"
+
+
 def clear_caches() -> None:
     """Forget every cached answer (benchmarks measure the work, not the caches)."""
     _FINGERPRINT_CACHE.clear()
@@ -292,7 +316,8 @@ def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: s
         found = stacktrace.signature(trace, error_type=error_type)
         if found is not None:
             key = pattern_key(error_type=f"trace\x00{found.error_type}", template="\x00".join(found.frames))
-            return Fingerprint(key=key, template=found.template, error_type=found.error_type, kind="trace")
+            template = _trace_template(found, message)
+            return Fingerprint(key=key, template=template, error_type=found.error_type, kind="trace")
     tokens = tokenize(message) if message else ()
     if not tokens:
         template = fallback or "(no error message)"

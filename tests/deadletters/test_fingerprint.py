@@ -118,6 +118,25 @@ def test_python_trace_groups_by_exception_type_and_innermost_application_frames(
     assert one.template == "KeyError in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
 
 
+def test_a_trace_pattern_shows_the_message_with_its_values_masked() -> None:
+    trace = PYTHON_TRACE.format(celery=453, task=88, code="SPRING")
+
+    found = fingerprint(
+        error_type="KeyError",
+        message="KeyError: Order 102386: field 'shipping_address' is required\nmore detail",
+        stack_trace=trace,
+    )
+    other = fingerprint(
+        error_type="orders.errors.ValidationError", message="field 'email' is required", stack_trace=trace
+    )
+
+    assert found.template == (
+        "KeyError: Order <NUM>: field <*> is required"
+        " · in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
+    )
+    assert other.key == found.key  # the key is the type and frames; the message shown is an example
+
+
 def test_python_chained_trace_is_named_by_its_root_cause() -> None:
     trace = """Traceback (most recent call last):
   File "/app/crm/client.py", line 140, in fetch_contact
@@ -230,7 +249,7 @@ def test_a_message_that_is_a_whole_printed_trace_is_grouped_as_a_trace() -> None
     found = fingerprint(error_type="", message=printed)
 
     assert found.kind == "trace"
-    assert found.template.startswith("java.lang.IllegalStateException in com.acme.inventory")
+    assert found.template.startswith("IllegalStateException: Listener threw exception · in com.acme.inventory")
 
 
 def test_a_date_written_with_month_and_weekday_names_is_one_time() -> None:
