@@ -144,13 +144,29 @@ MESSAGE_RULES = [(reason, message_pattern, KEYWORDS[reason]) for reason, _, mess
 # An HTTP status code counts only where the text says it is one ("status 503", "HTTP/1.1 429", "returned 404",
 # "code=500"): a bare number is as likely an amount, a count or an id ("refund of 500 EUR failed"), and reading it
 # as a status would file the same failure under different reasons (and patterns) as the number varies.
-HTTP_STATUS = re.compile(
-    r"\b(?:status|http(?:/[\d.]+)?|code|response|responded|returned|got|failed|error)"
-    r"(?:\s+(?:code|status|with|of|was|is))*[\s:=#(\[]{1,3}(?P<code>[1-5]\d\d)\b"
-    # A reply code as client libraries print it: "(404, 'NOT_FOUND - ...')", "Exception (503)".
-    r"|\((?P<paren>[1-5]\d\d)[,)]",
+# Found in two steps, both cheap: a three-digit number first, then the words just before it.
+STATUS_NUMBER = re.compile(r"(?<![\d.])[1-5]\d\d(?![\d.])")
+STATUS_CONTEXT = re.compile(
+    r"(?:\b(?:status|http(?:/[\d.]+)?|code|response|responded|returned|got|failed|error)"
+    r"(?:\s+(?:code|status|with|of|was|is))*[\s:=#(\[]{1,3})$",
     re.I,
 )
+# How far before the number its context is looked for.
+STATUS_CONTEXT_CHARS = 40
+
+
+def status_codes(text: str) -> list[int]:
+    """The HTTP status codes the text names as such, in order."""
+    found = []
+    for number in STATUS_NUMBER.finditer(text):
+        start, end = number.span()
+        # A reply code as client libraries print it: "(404, 'NOT_FOUND - ...')", "Exception (503)".
+        in_parentheses = start > 0 and text[start - 1] == "(" and text[end : end + 1] in (",", ")")
+        if in_parentheses or STATUS_CONTEXT.search(text, max(0, start - STATUS_CONTEXT_CHARS), start):
+            found.append(int(number.group()))
+    return found
+
+
 STATUS_REASONS = {
     429: FailureReason.RATE_LIMITED,
     408: FailureReason.TIMEOUT,
@@ -199,11 +215,7 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
     # reads the text without its addresses, blanked once, only when some keyword is there.
     lowered = head.lower()
     words: str | None = None
-    by_status: FailureReason | None = None
-    for found in HTTP_STATUS.finditer(head):
-        by_status = STATUS_REASONS.get(int(found["code"] or found["paren"]))
-        if by_status is not None:
-            break
+    by_status = next((STATUS_REASONS[code] for code in status_codes(head) if code in STATUS_REASONS), None)
     for reason, message_pattern, keywords in MESSAGE_RULES:
         if by_status is not None and RULE_ORDER[by_status] <= RULE_ORDER[reason]:
             return by_status

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlqconsole.deadletters.models import FailureReason
-from dlqconsole.ingest.classify import ADDRESS, HTTP_STATUS, RULES, STATUS_REASONS, classify
+from dlqconsole.ingest.classify import ADDRESS, RULES, STATUS_REASONS, classify, status_codes
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
 # One phrase per alternative of every message rule, in odd cases, so each keyword list is exercised.
@@ -110,8 +110,7 @@ def by_regex_only(*, error_type: str, message: str, stack_trace: str = "") -> Fa
     for reason, type_pattern, _ in RULES[:-1]:
         if short_type and type_pattern.search(short_type):
             return reason
-    statuses = [STATUS_REASONS.get(int(found["code"] or found["paren"])) for found in HTTP_STATUS.finditer(head)]
-    status = next((reason for reason in statuses if reason is not None), None)
+    status = next((STATUS_REASONS[code] for code in status_codes(head) if code in STATUS_REASONS), None)
     words = ADDRESS.sub(" ", head)
     for reason, _, message_pattern in RULES:
         if reason == status or message_pattern.search(words):
