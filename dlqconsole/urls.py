@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dlqconsole.views import healthz, metrics
+from dlqconsole.views import favicon, healthz, metrics
 
 urlpatterns = [
     path("", include("dlqconsole.deadletters.urls")),
@@ -15,5 +15,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon, name="favicon"),
     path("metrics", metrics, name="prometheus-django-metrics"),
 ]

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
@@ -37,3 +38,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     return ExportToDjangoView(request)
+
+
+@login_not_required
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico on pages that name no icon (the admin's): send them to the console's."""
+    return HttpResponseRedirect(static("img/favicon.svg"))

@@ -70,3 +70,12 @@ def test_database_down_is_503() -> None:
     assert status == "503"
     assert (body["status"], body["broker"]) == ("error", "ok")
     assert body["database"].startswith("error: OperationalError")
+
+
+@pytest.mark.django_db
+def test_favicon_needs_no_login_and_points_at_the_console_icon(client: Client) -> None:
+    response = client.get("/favicon.ico")
+
+    assert response.status_code == 302 and response["Location"].endswith("img/favicon.svg")
+    page = client.get("/login/").content.decode()
+    assert 'rel="icon"' in page and "img/favicon.svg" in page

@@ -118,7 +118,7 @@ class DeadLetterConsumer:
         prefetch: int | None = None,
         exit_when_idle: float | None = None,
         amqp_url: str | None = None,
-        refresh_seconds: float = 30.0,
+        refresh_seconds: float = 5.0,
         poll_seconds: float = 0.1,
         max_backoff: float = 30.0,
         pipeline: bool | None = None,

@@ -53,8 +53,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--refresh-seconds",
             type=float,
-            default=30.0,
-            help="how often the queue list is re-read and missing queues are tried again",
+            default=5.0,
+            help="how often the watched queues are read again (one query) and missing queues are tried again",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
