@@ -264,3 +264,16 @@ def test_a_split_with_a_nul_character_is_refused_not_a_server_error(operator: Us
     assert [response.status_code for response in responses] == [302, 302]
     assert "NUL character" in client.get(responses[1]["Location"]).content.decode()
     assert FailurePattern.objects.count() == 1
+
+
+def test_a_merged_away_pattern_page_is_read_only_and_points_to_the_target(operator: User) -> None:
+    source = FailurePattern.objects.get(pk=many(1, error="disk full")[0].pattern_id)
+    target = FailurePattern.objects.get(pk=many(1, error="no space left on device")[0].pattern_id)
+    client = client_for(operator)
+    client.post("/patterns/merge/", {"target": target.pk, "sources": [source.pk], "action": "merge"})
+
+    page = client.get(f"/patterns/{source.pk}/").content.decode()
+
+    assert 'data-testid="merged-banner"' in page and f'href="/patterns/{target.pk}/"' in page
+    for control in ("kind=retry", "kind=purge", "/status/", "/assign/", 'id="split"', 'id="merge"'):
+        assert control not in page
