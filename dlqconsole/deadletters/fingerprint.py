@@ -278,10 +278,12 @@ QUOTED_VALUE = re.compile(r"'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|`[^`\n]{1,200}`")
 
 
 def _trace_template(found: stacktrace.TraceSignature, message: str) -> str:
-    """'KeyError: <*> · in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions': the type's
-    own name, the first line of the (masked) message of the dead letter that opened the pattern, and the frames
-    that key it. The key is the type and frames only, so the message shown is an example of the pattern's."""
+    """'KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount: <message>': the type's own
+    name, the frames that key the pattern as a call path (caller first: the innermost frame is often a shared
+    helper, so the caller is what tells two patterns apart in a truncated list), then the first line of the
+    masked message of the dead letter that opened the pattern (an example: the key is the type and frames)."""
     short_type = re.split(r"\.|::", found.error_type)[-1] if found.error_type else "Error"
+    path = " → ".join(_short_frame(frame) for frame in reversed(found.frames))
     first_line = message.strip().split("\n", 1)[0]
     head, rest = split_error_type(first_line)
     # Quoted values too: the pattern holds every message raised there, with whatever field or key it names.
@@ -290,8 +292,18 @@ def _trace_template(found: stacktrace.TraceSignature, message: str) -> str:
         detail = ""  # only values ("KeyError: 'SPRING'"): the type says it all
     if len(detail) > TRACE_DETAIL_CHARS:
         detail = detail[: TRACE_DETAIL_CHARS - 1].rstrip() + "…"
-    where = "in " + " ← ".join(found.frames)
-    return f"{short_type}: {detail} · {where}" if detail else f"{short_type} {where}"
+    return f"{short_type} at {path}: {detail}" if detail else f"{short_type} at {path}"
+
+
+def _short_frame(frame: str) -> str:
+    """A frame as people name it: 'orders/pricing.py:apply_discount' stays; a JVM or .NET method keeps its class
+    ('com.acme.payments.psp.PspClient.capture' → 'PspClient.capture'); a Go function its package
+    ('github.com/acme/shipping/label.Render' → 'label.Render')."""
+    if ":" in frame:
+        return frame
+    name = frame.rpartition("/")[2]
+    parts = name.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 2 else name
 
 
 def clear_caches() -> None:

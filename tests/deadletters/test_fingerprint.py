@@ -115,7 +115,7 @@ def test_python_trace_groups_by_exception_type_and_innermost_application_frames(
     assert one.kind == "trace"
     assert one.key == other_release.key
     assert one.key != elsewhere.key
-    assert one.template == "KeyError in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
+    assert one.template == "KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount"
 
 
 def test_a_trace_pattern_shows_the_message_with_its_values_masked() -> None:
@@ -131,8 +131,8 @@ def test_a_trace_pattern_shows_the_message_with_its_values_masked() -> None:
     )
 
     assert found.template == (
-        "KeyError: Order <NUM>: field <*> is required"
-        " · in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
+        "KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount:"
+        " Order <NUM>: field <*> is required"
     )
     assert other.key == found.key  # the key is the type and frames; the message shown is an example
 
@@ -249,7 +249,7 @@ def test_a_message_that_is_a_whole_printed_trace_is_grouped_as_a_trace() -> None
     found = fingerprint(error_type="", message=printed)
 
     assert found.kind == "trace"
-    assert found.template.startswith("IllegalStateException: Listener threw exception · in com.acme.inventory")
+    assert found.template.startswith("IllegalStateException at ReservationService.cancel → Reservation.release: ")
 
 
 def test_a_date_written_with_month_and_weekday_names_is_one_time() -> None:

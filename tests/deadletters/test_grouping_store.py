@@ -117,7 +117,7 @@ KeyError: '{code}'"""
     assert len({row.pattern_id for row in rows}) == 1
     pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
     assert pattern.origin == PatternOrigin.TRACE
-    assert pattern.template == "KeyError in orders/pricing.py:apply_discount ← orders/tasks.py:apply_promotions"
+    assert pattern.template == "KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount"
 
 
 def test_an_operator_merge_sticks_when_the_merged_pattern_later_generalises(ingest: Ingest, operator) -> None:  # type: ignore[no-untyped-def]
