@@ -248,7 +248,16 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             DeadLetter.objects.filter(pattern=pattern)
             .visible()
             .order_by("-id")
-            .only("id", "source_queue", "error_message", "status", "ingested_at", "failure_reason")[:10]
+            .only(
+                "id",
+                "source_queue",
+                "error_message",
+                "status",
+                "ingested_at",
+                "failure_reason",
+                "death_reason",
+                "original_queue",
+            )[:10]
         ),
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
