@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
@@ -59,6 +61,10 @@ class PatternStatus(models.TextChoices):
     ACKNOWLEDGED = "acknowledged", "Acknowledged"
     RESOLVED = "resolved", "Resolved"
     IGNORED = "ignored", "Ignored"
+
+
+# How long after its first dead letter a pattern is marked new on the pages.
+NEW_PATTERN_AGE = dt.timedelta(hours=1)
 
 
 class PatternOrigin(models.TextChoices):
@@ -124,6 +130,11 @@ class FailurePattern(models.Model):
     def get_absolute_url(self) -> str:
         """The pattern's console page (the admin's "View on site" goes there)."""
         return reverse("deadletters:pattern", args=[self.pk])
+
+    @property
+    def is_new(self) -> bool:
+        """First seen within the last hour: the pages mark it, so "is it new?" needs no column."""
+        return self.first_seen_at >= timezone.now() - NEW_PATTERN_AGE
 
 
 class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):

@@ -174,6 +174,19 @@ def test_patterns_page_lists_counts_and_filters_by_reason(viewer_client: Client)
 
 
 @pytest.mark.sqlite
+def test_patterns_first_seen_within_the_hour_are_marked_new(viewer_client: Client) -> None:
+    fresh = many(1, error="card declined", error_type="CardError")[0]
+    old = many(1, error="disk full")[0]
+    FailurePattern.objects.filter(pk=old.pattern_id).update(first_seen_at=timezone.now() - dt.timedelta(hours=2))
+
+    html = viewer_client.get("/patterns/").content.decode()
+
+    row = {
+        pk: html[html.index(f'id="pattern-{pk}"') :].split("</tr>", 1)[0] for pk in (fresh.pattern_id, old.pattern_id)
+    }
+    assert ">new</span>" in row[fresh.pattern_id] and ">new</span>" not in row[old.pattern_id]
+
+
 def test_patterns_page_sorts_by_waiting_and_hides_triage_controls_from_viewers(viewer_client: Client) -> None:
     many(1, error="rare failure", error_type="RareError")
     many(4)
