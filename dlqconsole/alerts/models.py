@@ -174,6 +174,11 @@ class AlertQuerySet(models.QuerySet["Alert"]):
     def history(self) -> AlertQuerySet:
         return self.filter(status=AlertStatus.RESOLVED)
 
+    def firing_first(self) -> AlertQuerySet:
+        """Firing before acknowledged (what still needs someone), the newest first within each."""
+        waiting = models.Case(models.When(status=AlertStatus.FIRING, then=models.Value(0)), default=models.Value(1))
+        return self.order_by(waiting, models.F("fired_at").desc(nulls_last=True), "-id")
+
 
 class Alert(models.Model):
     """One rule holding for one subject (a queue, a pattern or an operation), from first seen to resolved."""

@@ -7,12 +7,12 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -29,6 +29,7 @@ from dlqconsole.alerts.models import (
     EvaluationState,
     Notification,
     NotificationStatus,
+    Severity,
 )
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
@@ -44,11 +45,15 @@ def _fragment(request: HtmxHttpRequest, template: str, partial: str) -> str:
     return f"{template}#{partial}" if request.htmx else template
 
 
-def _back(request: HtmxHttpRequest, fallback: str) -> HttpResponseRedirect:
+def _safe_next(request: HtmxHttpRequest) -> str:
     target = request.POST.get("next", "")
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        return HttpResponseRedirect(target)
-    return HttpResponseRedirect(fallback)
+        return target
+    return ""
+
+
+def _back(request: HtmxHttpRequest, fallback: str) -> HttpResponseRedirect:
+    return HttpResponseRedirect(_safe_next(request) or fallback)
 
 
 # Alerts ---------------------------------------------------------------------------------------------------------
@@ -68,18 +73,48 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         "history": history_page[:HISTORY_PAGE],
         "next_before": history_page[HISTORY_PAGE - 1].pk if len(history_page) > HISTORY_PAGE else None,
         "is_admin": has_role(request.user, ADMIN),
+        "rules": AlertRule.objects.order_by("name").only("pk", "name"),
+        "severities": Severity.choices,
     }
     partial = "history" if request.htmx and request.htmx.target == "alert-history" else "current"
     return render(request, _fragment(request, "alerts/list.html", partial), context)
 
 
+def _list_filter(query: QueryDict) -> dict[str, str]:
+    """The current list's filter, from the address (bookmarkable): a rule id and a severity. Anything else is
+    ignored rather than refused: an old bookmark to a deleted rule still shows the page."""
+    chosen = {}
+    rule = query.get("rule", "")
+    if rule.isascii() and rule.isdigit():
+        chosen["rule"] = rule
+    severity = query.get("severity", "")
+    if severity in Severity.values:
+        chosen["severity"] = severity
+    return chosen
+
+
+def _filtered_url(name: str, chosen: dict[str, str]) -> str:
+    return reverse(name) + (f"?{urlencode(chosen)}" if chosen else "")
+
+
 def _current_context(request: HtmxHttpRequest) -> dict[str, Any]:
-    """What the list's self-refreshing "current" section shows."""
-    active = list(Alert.objects.active().select_related("rule", "acknowledged_by").order_by("status", "-fired_at"))
+    """What the list's self-refreshing "current" section shows: firing alerts first, then acknowledged ones,
+    narrowed by the filter in the address (the bulk form posts to an address carrying the same filter)."""
+    chosen = _list_filter(request.GET)
+    active = Alert.objects.active()
+    pending = Alert.objects.filter(status=AlertStatus.PENDING)
+    if "rule" in chosen:
+        active, pending = active.filter(rule_id=int(chosen["rule"])), pending.filter(rule_id=int(chosen["rule"]))
+    if "severity" in chosen:
+        active, pending = active.filter(severity=chosen["severity"]), pending.filter(severity=chosen["severity"])
+    shown = list(active.select_related("rule", "acknowledged_by").firing_first())
     return {
-        "active": active,
-        "firing_count": sum(alert.status == AlertStatus.FIRING for alert in active),
-        "pending": Alert.objects.filter(status=AlertStatus.PENDING).select_related("rule").order_by("started_at"),
+        "active": shown,
+        "firing_count": sum(alert.status == AlertStatus.FIRING for alert in shown),
+        "pending": pending.select_related("rule").order_by("started_at"),
+        "chosen": chosen,
+        "list_url": _filtered_url("alerts:list", chosen),
+        "bulk_url": _filtered_url("alerts:bulk", chosen),
         "state": EvaluationState.objects.filter(pk=1).first(),
         "silence_form": SilenceForm(),
         "can_operate": has_role(request.user, OPERATOR),
@@ -111,6 +146,7 @@ def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
             "can_operate": True,
             "now": timezone.now(),
             "notifications": alert.notifications.select_related("channel").order_by("-id")[:100],
+            "list_url": _safe_next(request) or reverse("alerts:list"),
         }
         if request.POST.get("fragment") == "row":
             return render(request, "alerts/list.html#row", context)
@@ -171,7 +207,7 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
         _bulk_message(request, result, done=done, skipped="already resolved")
     if request.htmx:
         return render(request, "alerts/list.html#current", _current_context(request))
-    return redirect("alerts:list")
+    return redirect(_filtered_url("alerts:list", _list_filter(request.GET)))
 
 
 def _bulk_message(request: HttpRequest, result: services.BulkResult, *, done: str, skipped: str) -> None:
