@@ -10,7 +10,8 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
 - merge_warnings(*, target, sources) -> list[str]                          (what differs, for a preview)
 - split_pattern(*, pattern, name, actor, regex="", header="") -> FailurePattern   (the new pattern)
-- preview_split(*, pattern, regex="", header="", limit=10000) -> int        (how many a split would take)
+- preview_split(*, pattern, regex="", header="") -> int                    (how many a split would take)
+- split_preview(*, pattern, regex="", header="", examples=5) -> SplitPreview (the same, with examples)
 - save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
 - delete_fingerprint_rule(*, rule, actor) -> None
 - validate_rule(*, name, regex, header, rule_id=None) -> None   (raises PatternError; for forms)
@@ -31,6 +32,7 @@ import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -565,16 +567,46 @@ def split_pattern(
     return part
 
 
-def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "", limit: int = 10000) -> int:
-    """How many of the pattern's dead letters (among the newest `limit`) a split rule would take: for a page
-    that shows the effect before the operator confirms."""
+@dataclass(frozen=True)
+class SplitPreview:
+    matching: int  # among the `examined` newest dead letters of the pattern
+    examined: int
+    examples: list[tuple[int, str]]  # (dead letter id, error message) of the newest that match
+
+    @property
+    def exact(self) -> bool:
+        """True when every dead letter of the pattern was examined (the count is the split's)."""
+        return self.examined < SPLIT_PREVIEW_LIMIT
+
+    @property
+    def splits(self) -> bool:
+        """Whether the rule tells some dead letters apart (a split must take some but not all)."""
+        return self.matching > 0 and not (self.exact and self.matching == self.examined)
+
+
+# A preview reads at most this many of the pattern's newest dead letters.
+SPLIT_PREVIEW_LIMIT = 10000
+
+
+def split_preview(*, pattern: FailurePattern, regex: str = "", header: str = "", examples: int = 5) -> SplitPreview:
+    """What a split rule would take from a pattern, for a page that shows it before the operator confirms: how many
+    of its newest dead letters match, and a few of them."""
     from dlqconsole.deadletters.grouping.rules import compile_rule, matches
 
     _validate_match(regex=regex, header=header)
     compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
-    rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:limit]
-    return sum(
-        1
-        for error_type, message, headers in rows.values_list("error_type", "error_message", "headers")
-        if matches(compiled, error_type=error_type, message=message, headers=headers)
-    )
+    rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:SPLIT_PREVIEW_LIMIT]
+    examined = matching = 0
+    found: list[tuple[int, str]] = []
+    for pk, error_type, message, headers in rows.values_list("pk", "error_type", "error_message", "headers"):
+        examined += 1
+        if matches(compiled, error_type=error_type, message=message, headers=headers):
+            matching += 1
+            if len(found) < examples:
+                found.append((pk, message))
+    return SplitPreview(matching=matching, examined=examined, examples=found)
+
+
+def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "") -> int:
+    """How many of the pattern's newest dead letters (at most SPLIT_PREVIEW_LIMIT) a split rule would take."""
+    return split_preview(pattern=pattern, regex=regex, header=header, examples=0).matching

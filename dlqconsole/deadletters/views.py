@@ -55,9 +55,9 @@ from dlqconsole.deadletters.services import (
     assign_pattern,
     merge_patterns,
     merge_warnings,
-    preview_split,
     set_pattern_status,
     split_pattern,
+    split_preview,
     validate_rule,
 )
 from dlqconsole.deadletters.templatetags.charts import stamp
@@ -261,12 +261,7 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         ),
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
-        "split": {
-            "name": request.GET.get("name", ""),
-            "regex": request.GET.get("regex", ""),
-            "header": request.GET.get("header", ""),
-            "previewed": bool(request.GET.get("previewed")),
-        },
+        "split": _split_form(request, pattern),
     }
     return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
 
@@ -663,6 +658,18 @@ def _owner_choices() -> list[Any]:
     )
 
 
+def _split_form(request: HtmxHttpRequest, pattern: FailurePattern) -> dict[str, Any]:
+    """The split form as typed, and after Preview what the rule takes, shown beside the Split button."""
+    form: dict[str, Any] = {name: request.GET.get(name, "") for name in ("name", "regex", "header")}
+    form["preview"] = None
+    if request.GET.get("previewed") and not pattern.merged_into_id:
+        try:
+            form["preview"] = split_preview(pattern=pattern, regex=form["regex"], header=form["header"])
+        except PatternError as problem:
+            form["problem"] = str(problem)
+    return form
+
+
 def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *, back_url: str) -> HttpResponse:
     cells = DeadLetterCount.objects.filter(pattern=pattern, status__in=selectors.WAITING, count__gt=0)
     context = {
@@ -830,16 +837,9 @@ def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     query.update({"name": name, "regex": regex, "header": header})
     try:
         if request.POST.get("action") != "split":
+            # The page shows what the rule takes beside the Split button (pattern_detail, _split_form).
             validate_rule(name=name, regex=regex, header=header)
-            matching = preview_split(pattern=pattern, regex=regex, header=header)
-            if matching:
-                messages.info(
-                    request,
-                    f"The rule takes {matching} of the newest dead letters of #{pattern.pk}. Press Split to do it.",
-                )
-                query["previewed"] = "1"
-            else:
-                messages.warning(request, f"The rule matches none of the newest dead letters of #{pattern.pk}.")
+            query["previewed"] = "1"
             return redirect(f"{back_url}?{query.urlencode()}#split")
         part = split_pattern(pattern=pattern, name=name, regex=regex, header=header, actor=request.user)
     except PatternError as problem:

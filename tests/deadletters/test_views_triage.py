@@ -212,10 +212,25 @@ def test_operator_previews_then_splits_a_pattern(operator: User) -> None:
     page = client.get(preview["Location"]).content.decode()
     split = client.post(f"/patterns/{pattern_id}/split/", {**form, "action": "split"})
 
-    assert "takes 2 of the newest dead letters" in page and 'value="split"' in page
+    preview_box = page[page.index('data-testid="split-preview"') :].split("</div>", 1)[0]
+    assert "The rule takes 2</strong> of the 5 dead letters of this pattern" in preview_box
+    assert preview_box.count('href="/messages/') == 2 and "after 1500ms" in preview_box
+    assert 'value="split"' in page
     part = FailurePattern.objects.get(template="Short timeouts")
     assert split["Location"] == f"/patterns/{part.pk}/"
     assert DeadLetter.objects.filter(pattern=part).count() == 2
+
+
+def test_split_preview_that_takes_every_dead_letter_offers_no_split(operator: User) -> None:
+    letters = many(2, error="Request timed out after 3000ms")
+    client = client_for(operator)
+
+    preview = client.post(
+        f"/patterns/{letters[0].pattern_id}/split/", {"name": "All", "regex": "timed out", "action": "preview"}
+    )
+    page = client.get(preview["Location"]).content.decode()
+
+    assert "all of them, so there is nothing to split off" in page and 'value="split"' not in page
 
 
 def test_split_preview_that_matches_nothing_offers_no_split_and_keeps_the_form(operator: User) -> None:
@@ -228,7 +243,8 @@ def test_split_preview_that_matches_nothing_offers_no_split_and_keeps_the_form(o
     refused = client.post(f"/patterns/{letters[0].pattern_id}/split/", {**form, "action": "split"})
     after = client.get(refused["Location"]).content.decode()
 
-    assert "matches none of the newest dead letters" in page and 'value="split"' not in page
+    assert "The rule matches none</strong> of the 2 dead letters of this pattern" in page
+    assert 'value="split"' not in page
     assert "nothing was split" in after and 'value="after 1500ms"' in after
     assert not FailurePattern.objects.filter(template="Short timeouts").exists()
 
