@@ -353,6 +353,8 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "older_query": f"{base}&before={rows[-1].pk}" if rows and more_older else "",
         "newer_query": f"{base}&after={rows[0].pk}" if rows and more_newer else "",
         "first_query": base,
+        # Each row's host filters the list by it (with the other filters kept).
+        "host_query": _query_without(request.GET, "before", "after", "host"),
         "reasons": FailureReason.choices,
         "statuses": DeadLetterStatus.choices,
         "known_queues": _known_queues(),

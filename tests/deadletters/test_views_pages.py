@@ -495,3 +495,14 @@ def test_arrivals_count_batches_that_concurrent_consumers_stamped_out_of_id_orde
 
     assert sum(count for _, count in hour) == 49
     assert '49</div><div class="label">arrived last hour' in viewer_client.get("/").content.decode()
+
+
+def test_a_rows_host_links_to_the_list_filtered_by_it(viewer_client: Client) -> None:
+    many(1, queue="orders", host="web-1 &<x>")
+    many(1, queue="orders", host="web-2")
+
+    html = viewer_client.get("/messages/?queue=orders.dlq&before=999999").content.decode()
+    filtered = viewer_client.get("/messages/?queue=orders.dlq&host=web-2").content.decode()
+
+    assert 'href="?queue=orders.dlq&amp;host=web-1%20%26%3Cx%3E"' in html
+    assert ">web-2</a>" in filtered and "web-1" not in filtered.split("<tbody>", 1)[1]
