@@ -234,6 +234,14 @@ class Alert(models.Model):
     def is_silenced(self, now: dt.datetime) -> bool:
         return self.silenced_until is not None and self.silenced_until > now
 
+    @property
+    def silence_ends(self) -> dt.datetime | None:
+        """When the silence on this alert or on its whole rule ends (the later of the two), or None when neither
+        is silenced now: an alert of a silenced rule still fires and shows, but nobody is told."""
+        now = timezone.now()
+        ends = [moment for moment in (self.silenced_until, self.rule.silenced_until) if moment and moment > now]
+        return max(ends, default=None)
+
 
 class NotificationKind(models.TextChoices):
     FIRING = "firing", "Firing"
