@@ -206,12 +206,19 @@ class Operation(models.Model):
     @property
     def outcome(self) -> tuple[str, str]:
         """(label, chip style) of its state: a finished operation whose messages failed says so in red, not as a
-        green "Done"."""
+        green "Done", and a plan discarded before it started is not called a cancelled run."""
+        if self.discarded:
+            return "Discarded (never started)", self.status
         if self.status == OperationStatus.DONE and self.failed:
             if self.failed >= self.total:
                 return "Done: every message failed", "failed"
             return f"Done, {self.failed:,} failed", "failed"
         return self.get_status_display(), self.status
+
+    @property
+    def discarded(self) -> bool:
+        """A plan cancelled before it started: its messages were skipped without anything being done to them."""
+        return self.status == OperationStatus.CANCELLED and self.started_at is None
 
     @property
     def is_finished(self) -> bool:

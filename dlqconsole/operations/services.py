@@ -299,9 +299,15 @@ def _describe(operation: Operation) -> str:
 # Lifecycle ---------------------------------------------------------------------------------------------------
 
 
-def start_operation(*, operation: Operation, actor: Actor) -> Operation:
-    """Planned → canary (when it has one) or running, and hand it to a worker."""
+def start_operation(*, operation: Operation, actor: Actor, typed_count: str | None = None) -> Operation:
+    """Planned → canary (when it has one) or running, and hand it to a worker.
+
+    `typed_count` is what a person typed to confirm a purge (its page asks for the number of messages): for a
+    purge it must be that number, or nothing starts (the refusal is in the audit log). None means the caller
+    confirmed another way: the `dlq` command asks for "purge N" itself, the admin shows a confirmation page."""
     _check_role(actor, operation.kind)
+    if operation.kind == OperationKind.PURGE and typed_count is not None:
+        _check_typed_count(operation=operation, actor=actor, typed_count=typed_count)
     now = timezone.now()
     status = OperationStatus.CANARY if operation.canary_size else OperationStatus.RUNNING
     with transaction.atomic():
@@ -322,6 +328,29 @@ def start_operation(*, operation: Operation, actor: Actor) -> Operation:
         enqueue_run(operation)
     operation.refresh_from_db()
     return operation
+
+
+def _check_typed_count(*, operation: Operation, actor: Actor, typed_count: str) -> None:
+    """Refuse to start a purge unless the number typed is its number of messages."""
+    operation.refresh_from_db()
+    typed = typed_count.strip()
+    total = operation.total
+    if typed.replace(",", "").replace(" ", "") == str(total):
+        return
+    record_audit(
+        actor=actor,
+        action="operation.purge.start_refused",
+        target=_target(operation),
+        filter=operation.filter,
+        count=total,
+        detail=f"typed {typed!r} instead of {total}" if typed else "no count typed",
+    )
+    noun = f"{total:,} message{'' if total == 1 else 's'}"
+    if not typed:
+        raise OperationError(f"Nothing was deleted: type {total} (the number of messages) to purge these {noun}.")
+    raise OperationError(
+        f"Nothing was deleted: you typed {typed[:40]}, but this purge deletes {noun}. Type {total} to confirm."
+    )
 
 
 def pause_operation(*, operation: Operation, actor: Actor, reason: str = "") -> Operation:
@@ -380,7 +409,11 @@ def cancel_operation(*, operation: Operation, actor: Actor) -> Operation:
             operation.refresh_from_db()
             raise OperationError(f"operation {operation.pk} is {operation.status} already")
         record_audit(
-            actor=actor, action="operation.cancel", target=_target(operation), filter=operation.filter, detail=""
+            actor=actor,
+            action="operation.cancel",
+            target=_target(operation),
+            filter=operation.filter,
+            detail="plan discarded before it started" if operation.status == OperationStatus.PLANNED else "",
         )
     operation.refresh_from_db()
     # Pending items can be skipped at once (a worker takes items only while they are pending); in-flight ones only

@@ -253,7 +253,19 @@ def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation]
 
 @require_POST
 def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    return _control(request, pk, services.start_operation, "Started.")
+    """Start a planned operation. A purge deletes for good, so its form asks for the number of messages typed
+    in; the service refuses a wrong or missing one."""
+    operation = get_object_or_404(Operation, pk=pk)
+    if operation.kind != OperationKind.PURGE:
+        return _control(request, pk, services.start_operation, "Started.")
+    require_kind_role(request.user, operation.kind)
+    try:
+        services.start_operation(
+            operation=operation, actor=request.user, typed_count=request.POST.get("typed_count", "")
+        )
+    except services.OperationError as problem:
+        return _control_error(request, operation, problem)
+    return _control_response(request, operation, "Started.")
 
 
 @require_POST
@@ -268,7 +280,8 @@ def operation_resume(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def operation_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    return _control(request, pk, services.cancel_operation, "Cancelled.")
+    planned = Operation.objects.filter(pk=pk, status=OperationStatus.PLANNED).exists()
+    return _control(request, pk, services.cancel_operation, "Plan discarded." if planned else "Cancelled.")
 
 
 @require_POST

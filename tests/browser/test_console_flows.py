@@ -262,3 +262,42 @@ def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched
     expect(page.locator("#progress .error-box", has_text="bogus")).to_contain_text("N/period")
     assert page.evaluate("window.__sameDocument") is True
     assert not watched.page_errors
+
+
+def test_admin_types_the_count_to_start_a_purge_and_discards_a_plan_after_a_confirm(
+    page: Page, admin_user: User, celery_worker: Callable[[], object], watched: Watched
+) -> None:
+    """Start on a purge deletes for good: the number of messages must be typed first (a wrong one is refused in
+    place, nothing deleted). Discarding a plan asks in its own words."""
+    from dlqconsole.operations.services import plan_operation
+
+    stored = ingest(*(letter(queue="refunds", error="refund rejected by provider") for _ in range(3)))
+    ids = [row.pk for row in stored]
+    purge = plan_operation(kind="purge", filter={"ids": ids}, actor=admin_user)
+    other = plan_operation(kind="archive", filter={"ids": ids}, actor=admin_user)
+    celery_worker()
+
+    log_in(page, admin_user)
+    page.goto(f"/operations/{other.pk}/")
+    page.get_by_role("button", name="Discard the plan").click()
+    expect(page.locator("[data-testid=status]")).to_have_text("Planned")
+    assert watched.dialogs == ["confirm: Discard this plan? Nothing has been done yet."]
+
+    page.goto(f"/operations/{purge.pk}/")
+    page.evaluate("window.__sameDocument = true")
+    start = page.get_by_role("button", name="Start: purge 3 messages")
+    start.click()  # the field is required: the browser sends nothing
+    expect(page.locator("[data-testid=status]")).to_have_text("Planned")
+    page.fill("[data-testid=typed-count]", "30")
+    start.click()
+    expect(page.locator("#progress .error-box")).to_contain_text("Nothing was deleted: you typed 30")
+    assert DeadLetter.objects.filter(pk__in=ids).count() == 3
+    screenshot(page, "purge-refused")
+
+    page.fill("[data-testid=typed-count]", "3")
+    page.get_by_role("button", name="Start: purge 3 messages").click()
+    expect(page.locator("[data-testid=status]")).to_have_text("Done", timeout=WORKER_WAIT_MS)
+    assert page.evaluate("window.__sameDocument") is True
+    assert not DeadLetter.objects.filter(pk__in=ids).exists()
+    assert Operation.objects.get(pk=other.pk).status == OperationStatus.PLANNED
+    assert not watched.page_errors

@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
@@ -315,3 +316,110 @@ def test_history_page_mark_in_other_digits_is_ignored_not_a_server_error(viewer:
     response = client_for(viewer).get("/operations/", {"before": "²"})
 
     assert response.status_code == 200
+
+
+def test_the_start_form_of_a_purge_asks_for_its_number_of_messages(admin_user: User) -> None:
+    letters = many(3)
+    purge = plan_operation(kind="purge", filter={"pattern": [letters[0].pattern_id]}, actor=admin_user)
+    retry = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=admin_user)
+    client = client_for(admin_user)
+
+    purge_page = client.get(f"/operations/{purge.pk}/").content.decode()
+    retry_page = client.get(f"/operations/{retry.pk}/").content.decode()
+
+    assert 'name="typed_count"' in purge_page and "Type <strong>3</strong>, the number of messages" in purge_page
+    assert "Start: purge 3 messages" in purge_page
+    assert 'name="typed_count"' not in retry_page and "Start: retry 3 messages" in retry_page
+
+
+def test_a_purge_starts_only_with_its_number_of_messages_typed(
+    admin_user: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(3)
+    ids = [row.pk for row in letters]
+    operation = plan_operation(kind="purge", filter={"pattern": [letters[0].pattern_id]}, actor=admin_user)
+    client = client_for(admin_user)
+
+    missing = client.post(f"/operations/{operation.pk}/start/", headers=HX)
+    wrong = client.post(f"/operations/{operation.pk}/start/", {"typed_count": "30"}, follow=True)
+
+    assert missing.status_code == 409
+    assert "Nothing was deleted: type 3 (the number of messages) to purge these 3 messages." in (
+        missing.content.decode()
+    )
+    assert wrong.status_code == 200
+    assert "Nothing was deleted: you typed 30, but this purge deletes 3 messages. Type 3 to confirm." in (
+        wrong.content.decode()
+    )
+    operation.refresh_from_db()
+    assert (operation.status, operation.started_at) == (OperationStatus.PLANNED, None)
+    assert DeadLetter.objects.filter(pk__in=ids).count() == 3
+    refusals = AuditEntry.objects.filter(action="operation.purge.start_refused", target=f"operation:{operation.pk}")
+    assert sorted(refusals.values_list("detail", flat=True)) == ["no count typed", "typed '30' instead of 3"]
+    assert not AuditEntry.objects.filter(action="operation.purge.start").exists()
+
+    with django_capture_on_commit_callbacks(execute=True) as started:
+        right = client.post(f"/operations/{operation.pk}/start/", {"typed_count": " 3 "}, headers=HX)
+    run_operation(operation_id=operation.pk)
+
+    assert right.status_code == 200 and len(started) == 1
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded) == (OperationStatus.DONE, 3)
+    assert not DeadLetter.objects.filter(pk__in=ids).exists()
+    assert AuditEntry.objects.filter(action="operation.purge.start", count=3).exists()
+
+
+def test_other_kinds_start_without_typing_anything(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(operator).post(f"/operations/{operation.pk}/start/", headers=HX)
+
+    assert response.status_code == 200
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.RUNNING
+
+
+def test_a_discarded_plan_is_shown_as_never_started_not_as_a_cancelled_run(operator: User) -> None:
+    letters = many(3)
+    plan = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    client = client_for(operator)
+
+    planned_page = client.get(f"/operations/{plan.pk}/").content.decode()
+    discard = client.post(f"/operations/{plan.pk}/cancel/", follow=True)
+
+    assert 'hx-confirm="Discard this plan? Nothing has been done yet."' in planned_page
+    assert "Discard the plan" in planned_page
+    assert "Plan discarded." in discard.content.decode()
+    plan.refresh_from_db()
+    assert (plan.status, plan.skipped, plan.started_at) == (OperationStatus.CANCELLED, 3, None)
+    assert plan.outcome == ("Discarded (never started)", "cancelled")
+    assert AuditEntry.objects.get(action="operation.cancel").detail == "plan discarded before it started"
+    detail = client.get(f"/operations/{plan.pk}/").content.decode()
+    assert '<span class="chip st-cancelled" data-testid="status">Discarded (never started)</span>' in detail
+    assert 'data-testid="progress"' not in detail and "100%" not in detail and "skipped" not in detail
+    assert "3 planned; the plan was discarded before it started, so none was touched" in detail
+    listing = client.get("/operations/").content.decode()
+    assert '<span class="chip st-cancelled">Discarded (never started)</span>' in listing
+    assert 'role="progressbar"' not in listing and "0 / 3" in listing
+    assert set(DeadLetter.objects.filter(pk__in=[row.pk for row in letters]).values_list("status", flat=True)) == {
+        DeadLetterStatus.PARKED
+    }
+
+
+def test_a_started_operation_asks_before_cancelling_and_is_called_cancelled(operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.PAUSED, started_at=timezone.now())
+    client = client_for(operator)
+
+    paused_page = client.get(f"/operations/{operation.pk}/").content.decode()
+    cancel = client.post(f"/operations/{operation.pk}/cancel/", follow=True)
+
+    assert 'hx-confirm="Cancel this operation? What is done stays done."' in paused_page
+    assert "Cancelled." in cancel.content.decode()
+    detail = client.get(f"/operations/{operation.pk}/").content.decode()
+    assert '<span class="chip st-cancelled" data-testid="status">Cancelled</span>' in detail
+    assert 'data-testid="progress"' in detail
