@@ -20,6 +20,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -683,8 +684,13 @@ def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *
         ],
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": back_url,
+        "events": list(pattern.events.select_related("actor")[:50]),
+        "history_oob": True,
     }
-    return render(request, "deadletters/pattern_detail.html#summary", context)
+    # The summary card, and the history beside it out of band: the change just made is its newest line.
+    summary = render_to_string("deadletters/pattern_detail.html#summary", context, request=request)
+    history = render_to_string("deadletters/pattern_detail.html#history", context, request=request)
+    return HttpResponse(summary + history)
 
 
 @require_POST
@@ -731,9 +737,9 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, str(problem))
         return redirect(back_url)
     pattern.refresh_from_db()
+    messages.success(request, f"Pattern #{pattern.pk} saved.")  # shown in place after an htmx save too
     if request.htmx:
         return _pattern_fragment(request, pattern, back_url=back_url, fragment="summary")
-    messages.success(request, f"Pattern #{pattern.pk} saved.")
     return redirect(back_url)
 
 

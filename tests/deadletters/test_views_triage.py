@@ -107,6 +107,10 @@ def test_operator_takes_a_pattern_and_writes_a_note(operator: User) -> None:
     assert "&lt;b&gt;inventory&lt;/b&gt; is down" in html
     pattern = FailurePattern.objects.get(pk=stored.pattern_id)
     assert (pattern.owner_id, pattern.note) == (operator.pk, "<b>inventory</b> is down")
+    # The history beside the card follows, out of band, with the change as its newest line.
+    history = html[html.index('id="pattern-history"') :]
+    assert 'hx-swap-oob="true"' in history[:80] and "Note / owner changed" in history
+    assert f"Pattern #{stored.pattern_id} saved." in html  # the flash, out of band too
 
 
 def test_operator_gives_a_pattern_to_another_operator_but_not_to_a_viewer(
