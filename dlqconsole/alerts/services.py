@@ -294,11 +294,14 @@ def notification_context(alert: Alert, *, kind: str) -> dict[str, Any]:
 
 
 def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> int:
-    alert.last_notified_at = now
-    alert.notified_count += 1
+    """Queue the notice to each enabled channel of the rule. Only a notice that went to a channel counts as
+    notified: with none, nobody was told, so the alert's page says so, a later notice is its first ("firing", not
+    "reminder"), no recovery notice follows, and no cooldown holds the next alert back."""
     channels = [channel for channel in rule.channels.all() if channel.enabled]
     if not channels:
         return 0
+    alert.last_notified_at = now
+    alert.notified_count += 1
     context = notification_context(alert, kind=kind)
     rows = Notification.objects.bulk_create(
         Notification(

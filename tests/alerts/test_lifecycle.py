@@ -153,5 +153,36 @@ def test_a_rule_without_channels_still_raises_alerts() -> None:
     evaluate_rules()
 
     alert = Alert.objects.get()
-    assert alert.status == AlertStatus.FIRING and alert.notified_count == 1
+    assert alert.status == AlertStatus.FIRING
+    # Nobody was told: the alert does not count a notice that went nowhere.
+    assert (alert.notified_count, alert.last_notified_at) == (0, None)
+    assert kinds() == []
+
+
+def test_an_alert_nobody_was_told_about_is_announced_as_firing_once_a_channel_exists(webhook: Channel) -> None:
+    alert_rule = rule("dlq_not_empty", reminder_seconds=600)
+    start = timezone.now()
+    ingest(1)
+    evaluate_rules(now=start)
+    alert_rule.channels.set([webhook])
+
+    evaluate_rules(now=at(start, 601))
+
+    # Its first notice, not a reminder of one nobody received.
+    assert kinds() == ["firing"]
+    alert = Alert.objects.get()
+    assert (alert.notified_count, alert.last_notified_at) == (1, at(start, 601))
+
+
+def test_an_alert_nobody_was_told_about_resolves_without_a_recovery_notice(webhook: Channel) -> None:
+    alert_rule = rule("dlq_not_empty", reminder_seconds=600)
+    start = timezone.now()
+    letters = ingest(1)
+    evaluate_rules(now=start)
+    alert_rule.channels.set([webhook])
+
+    settle(letters)
+    evaluate_rules(now=at(start, 10))
+
+    assert Alert.objects.get().status == AlertStatus.RESOLVED
     assert kinds() == []

@@ -164,6 +164,20 @@ def test_alert_detail_full_page_and_fragment(client: Client, viewer: User, firin
     assert "<dt>Notified</dt><dd>nobody: the rule has no channels" in page.content.decode()
 
 
+def test_alert_page_says_nobody_was_told_when_no_channel_existed_when_it_fired(
+    client: Client, viewer: User, firing_alert: Alert, webhook: Channel
+) -> None:
+    # The channel came after the alert fired: the page said "Notified 1 time, last 9m ago" over "None sent.".
+    firing_alert.rule.channels.set([webhook])
+    login(client, viewer)
+
+    html = client.get(reverse("alerts:detail", args=[firing_alert.pk])).content.decode()
+
+    assert "<dt>Notified</dt><dd>nobody yet; next " in html
+    assert "1 time" not in html
+    assert "None sent." in html
+
+
 def test_queue_page_shows_depth_levels_full_and_fragment(client: Client, viewer: User) -> None:
     WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
     QueueSample.objects.create(queue="orders", messages=230, consumers=2)
