@@ -451,3 +451,15 @@ def counted_matches(chosen: DeadLetterFilter) -> int | None:
     if chosen.reason:
         cells = cells.filter(failure_reason__in=chosen.reason)
     return int(cells.aggregate(total=Sum("count"))["total"] or 0)
+
+
+def counted_total(chosen: DeadLetterFilter) -> int | None:
+    """The exact number of dead letters a filter matches, from the counters, when it names only counted fields
+    (queue, pattern, reason, status; nothing at all counts too); None when only a query could tell."""
+    if not set(chosen.to_dict()) <= {"queue", "pattern", "reason", "status"}:
+        return None
+    if chosen.queue or chosen.pattern or chosen.reason:
+        return counted_matches(chosen)
+    cells = DeadLetterCount.objects.filter(count__gt=0)
+    cells = cells.filter(status__in=chosen.status) if chosen.status else cells.exclude(status="archived")
+    return int(cells.aggregate(total=Sum("count"))["total"] or 0)

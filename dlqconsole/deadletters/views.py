@@ -322,6 +322,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "body_size",
     )
     # Keyset pages: newest first; "before" walks to older rows, "after" back to newer ones. Never OFFSET.
+    total = None if error else selectors.counted_total(chosen)
     if not error and selectors.counted_matches(chosen) == 0:
         # The counters say nothing matches: no need to scan for it.
         found = DeadLetter.objects.none()
@@ -348,6 +349,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "error": error,
+        "total": total,
         "chosen": chosen,
         "filter_query": filter_query.urlencode(),
         "filter_items": list(filter_query.lists()),

@@ -506,3 +506,16 @@ def test_a_rows_host_links_to_the_list_filtered_by_it(viewer_client: Client) -> 
 
     assert 'href="?queue=orders.dlq&amp;host=web-1%20%26%3Cx%3E"' in html
     assert ">web-2</a>" in filtered and "web-1" not in filtered.split("<tbody>", 1)[1]
+
+
+def test_messages_page_says_how_many_match_when_the_counters_know(viewer_client: Client) -> None:
+    many(3, queue="orders")
+    many(1, queue="billing")
+
+    def count(query: str) -> str:
+        html = viewer_client.get(f"/messages/?{query}").content.decode()
+        return html[html.index('data-testid="match-count"') :].split("</span>", 1)[0]
+
+    assert "4 dead letters match this filter" in count("")
+    assert "1 dead letter matches this filter" in count("queue=billing.dlq")
+    assert "match this filter" not in count("queue=orders.dlq&text=timed")  # only a scan could tell
