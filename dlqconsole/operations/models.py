@@ -261,13 +261,18 @@ class Operation(models.Model):
         if self.canary_passed:
             return "passed"
         if self.canary_until is None:
+            if self.status == OperationStatus.PAUSED:
+                return "paused before its wait; resuming goes on with the canary"
             return "not yet replayed" if self.status in (OperationStatus.PLANNED, OperationStatus.CANARY) else ""
+        until = f"{timezone.localtime(self.canary_until):%H:%M:%S %Z}"
         if self.status == OperationStatus.CANARY:
-            return f"watching until {timezone.localtime(self.canary_until):%H:%M:%S %Z}"
+            return f"watching until {until}"
         if self.status == OperationStatus.PAUSED:
-            return "paused during its wait"
+            # A resume goes back to the watch; one that comes after `until` judges the canary at once.
+            return f"paused during its wait; resuming goes on watching until {until}"
         if self.status == OperationStatus.CANCELLED:
             return "its wait was cut short: the operation was cancelled"
+        # Resumed during its wait by an earlier version, which went on without finishing the watch.
         return "its wait was cut short by a pause"
 
     @property

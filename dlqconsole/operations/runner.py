@@ -857,7 +857,10 @@ class OperationRunner:
 
     def _canary_waited(self, operation: Operation) -> bool:
         """Judge the canary: failed as soon as one of its messages comes back (or could not be published),
-        passed once its wait is over without that. False when the runner should stop for now."""
+        passed once its wait is over without that. False when the runner should stop for now.
+
+        A resume after a pause during the wait comes back here: the watch goes on until `canary_until`, and a
+        pause that outlasted it leaves the canary judged at once."""
         assert operation.canary_until is not None
         returned = self._check_returns(force=True)
         if returned or operation.failed:

@@ -370,11 +370,14 @@ def pause_operation(*, operation: Operation, actor: Actor, reason: str = "") -> 
 
 
 def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
-    """Paused → running again. A canary that was judged (or whose wait began) is not run a second time; the share
-    of returns that pauses the operation is measured afresh from here."""
+    """Paused → running again; the share of returns that pauses the operation is measured afresh from here.
+
+    A canary not yet judged goes on where it stopped: back to the canary, to publish the rest of it or to watch
+    until the end of its wait (judged at once if the pause outlasted the wait). A failed canary is not run a
+    second time: a person resuming after it overrides it."""
     _check_role(actor, operation.kind)
     operation.refresh_from_db()
-    canary_open = operation.canary_size and not operation.canary_passed and operation.canary_until is None
+    canary_open = operation.canary_size and not operation.canary_passed and not operation.canary_failed
     status = OperationStatus.CANARY if canary_open else OperationStatus.RUNNING
     with transaction.atomic():
         resumed = Operation.objects.filter(pk=operation.pk, status=OperationStatus.PAUSED).update(

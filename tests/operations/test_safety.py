@@ -22,6 +22,7 @@ from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, O
 from dlqconsole.operations.runner import count_returned
 from dlqconsole.operations.services import (
     edit_and_retry,
+    pause_operation,
     plan_operation,
     resume_operation,
     run_operation,
@@ -174,6 +175,73 @@ def test_a_quiet_canary_lets_the_operation_go_on(channel, queue_name, operator):
     assert (operation.status, operation.canary_passed, operation.succeeded) == ("done", True, 5)
     assert (operation.canary_failed, operation.canary_label) == (False, "passed")
     assert wait_for_depth(channel, orders, 5) == 5
+
+
+def test_a_canary_paused_during_its_wait_goes_on_watching_when_resumed(channel, queue_name, operator):
+    """A pause during the watch does not skip the rest of it: resumed, the canary is watched until its end, and
+    its messages coming back then still stop the operation before the rest is replayed."""
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 5)
+    operation = start_canary_retry(orders, operator, wait=60)
+    waits: list[float] = []
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+    operation.refresh_from_db()
+    until = operation.canary_until
+    assert until is not None and operation.succeeded == 2
+
+    pause_operation(operation=operation, actor=operator)
+    operation.refresh_from_db()
+    paused_label = operation.canary_label
+    resume_operation(operation=operation, actor=operator)
+    operation.refresh_from_db()
+    resumed = (operation.status, operation.canary_until, operation.canary_label)
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+    operation.refresh_from_db()
+    still_watching = (operation.status, operation.succeeded, operation.items.filter(status=ItemStatus.PENDING).count())
+
+    canary_dies_again(channel, orders)
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    clock = f"{timezone.localtime(until):%H:%M:%S %Z}"
+    assert paused_label == f"paused during its wait; resuming goes on watching until {clock}"
+    assert resumed == (OperationStatus.CANARY, until, f"watching until {clock}")
+    assert still_watching == (OperationStatus.CANARY, 2, 3)
+    assert len(waits) == 2 and waits[-1] <= 2
+    operation.refresh_from_db()
+    assert (operation.status, operation.canary_failed, operation.canary_passed) == ("paused", True, False)
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s"
+    assert operation.items.filter(status=ItemStatus.PENDING).count() == 3
+    assert operation.canary_label == "failed: its messages came back"
+
+
+def test_a_canary_whose_wait_ended_during_a_pause_is_judged_at_once_on_resume(channel, queue_name, operator):
+    orders = queue_name("orders")
+    dead_letters_on_broker(channel, orders, 5)
+    operation = start_canary_retry(orders, operator, wait=1)
+    run_operation(operation_id=operation.pk, continue_later=lambda delay: None)
+    pause_operation(operation=operation, actor=operator)
+    time.sleep(1.1)
+
+    resume_operation(operation=operation, actor=operator)
+    operation.refresh_from_db()
+    resumed = operation.status
+    waits: list[float] = []
+    run_operation(operation_id=operation.pk, continue_later=waits.append)
+
+    operation.refresh_from_db()
+    assert resumed == OperationStatus.CANARY
+    assert waits == []  # nothing left to wait for: nothing came back, so it passed and went on
+    assert (operation.status, operation.canary_passed, operation.succeeded) == ("done", True, 5)
+    assert operation.canary_label == "passed"
+    assert wait_for_depth(channel, orders, 5) == 5
+
+
+def test_a_canary_paused_before_its_wait_and_a_legacy_resume_are_labelled() -> None:
+    before = Operation(canary_size=2, status=OperationStatus.PAUSED)
+    legacy = Operation(canary_size=2, canary_until=timezone.now(), status=OperationStatus.RUNNING)
+
+    assert before.canary_label == "paused before its wait; resuming goes on with the canary"
+    assert legacy.canary_label == "its wait was cut short by a pause"
 
 
 def test_the_circuit_breaker_pauses_when_publishing_keeps_failing_and_loses_nothing(
