@@ -230,21 +230,30 @@ class Operation(models.Model):
 
     @property
     def eta(self) -> dt.timedelta | None:
-        """Time left: at the rate limit when there is one (the pace so far would count the canary's wait and
-        pauses), else at the pace so far. None when nothing runs or there is no pace yet."""
+        """Time left: what is left of the canary's wait while it is watched, plus the rest of the messages at the
+        rate limit when there is one (the pace so far would count pauses), else at the pace so far (not counting
+        the canary's wait). None when nothing runs or there is no pace yet."""
         if self.status not in ACTIVE_STATUSES or self.started_at is None:
             return None
+        now = timezone.now()
+        wait = dt.timedelta(0)
+        spent_waiting = dt.timedelta(0)
+        if self.canary_until is not None:
+            if self.status == OperationStatus.CANARY:
+                wait = max(dt.timedelta(0), self.canary_until - now)
+            wait_began = self.canary_until - dt.timedelta(seconds=self.canary_wait_seconds)
+            spent_waiting = max(dt.timedelta(0), min(now, self.canary_until) - wait_began)
         if self.rate:
             from dlqconsole.core.ratelimit import parse_rate
 
             try:
-                return dt.timedelta(seconds=self.remaining / parse_rate(self.rate).per_second)
+                return wait + dt.timedelta(seconds=self.remaining / parse_rate(self.rate).per_second)
             except (ValueError, ZeroDivisionError):
                 pass
-        elapsed = (timezone.now() - self.started_at).total_seconds()
+        elapsed = (now - self.started_at - spent_waiting).total_seconds()
         if elapsed <= 0 or self.processed == 0:
-            return None
-        return dt.timedelta(seconds=self.remaining * elapsed / self.processed)
+            return wait or None
+        return wait + dt.timedelta(seconds=self.remaining * elapsed / self.processed)
 
     @property
     def canary_label(self) -> str:

@@ -263,3 +263,42 @@ def test_time_left_follows_the_rate_limit_not_the_pace_so_far(operator):
     operation.refresh_from_db()
     assert operation.eta is not None
     assert abs(operation.eta.total_seconds() - 25 * 300 / 5) < 5  # the pace so far, without a limit
+
+
+def test_time_left_during_a_canary_counts_what_is_left_of_its_wait(operator):
+    """The page said "about 1s" while a canary was watched for another minute: the wait left is part of it."""
+    now = timezone.now()
+    watching = Operation(
+        kind="retry",
+        status=OperationStatus.CANARY,
+        total=100,
+        succeeded=10,
+        canary_size=10,
+        canary_wait_seconds=60,
+        canary_until=now + dt.timedelta(seconds=45),
+        started_at=now - dt.timedelta(seconds=17),
+        rate="10/1s",
+    )
+    assert watching.eta is not None and 53 <= watching.eta.total_seconds() <= 54  # 45 s of wait + 90 at 10/s
+
+    # Without a rate, the pace is the canary's own (10 in the 2 s before its wait), not one slowed by the wait.
+    watching.rate = ""
+    assert watching.eta is not None and 62 <= watching.eta.total_seconds() <= 63  # 45 s + 90 * 2 s / 10
+
+    # Its wait over (the runner judges it at once), only the messages are left.
+    watching.canary_until = now - dt.timedelta(seconds=1)
+    watching.started_at = now - dt.timedelta(seconds=62)
+    assert watching.eta is not None and 17 <= watching.eta.total_seconds() <= 19
+
+    passed = Operation(
+        kind="retry",
+        status=OperationStatus.RUNNING,
+        total=100,
+        succeeded=50,
+        canary_size=10,
+        canary_passed=True,
+        canary_wait_seconds=60,
+        canary_until=now - dt.timedelta(seconds=10),
+        started_at=now - dt.timedelta(seconds=80),
+    )
+    assert passed.eta is not None and 19 <= passed.eta.total_seconds() <= 21  # 50 in the 20 s spent publishing

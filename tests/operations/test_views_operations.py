@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 
 import pytest
@@ -423,3 +424,22 @@ def test_a_started_operation_asks_before_cancelling_and_is_called_cancelled(oper
     detail = client.get(f"/operations/{operation.pk}/").content.decode()
     assert '<span class="chip st-cancelled" data-testid="status">Cancelled</span>' in detail
     assert 'data-testid="progress"' in detail
+
+
+def test_time_left_on_the_page_counts_the_canary_wait(operator: User) -> None:
+    letters = many(16)
+    operation = plan_operation(
+        kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator, canary_size=10, rate="10/1s"
+    )
+    now = timezone.now()
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.CANARY,
+        started_at=now - dt.timedelta(seconds=2),
+        succeeded=10,
+        canary_until=now + dt.timedelta(seconds=59, milliseconds=500),
+    )
+
+    fragment = client_for(operator).get(f"/operations/{operation.pk}/", headers=HX).content.decode()
+
+    # 59 s of wait left and 6 messages at 10 a second: not "about 1s".
+    assert '<dd data-testid="eta">about 59s</dd>' in fragment or '<dd data-testid="eta">about 1m</dd>' in fragment
