@@ -329,7 +329,7 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=pk)
     context = {
         "channel": channel,
-        "notifications": channel.notifications.select_related("alert").order_by("-id")[:50],
+        "notifications": channel.notifications.select_related("alert", "channel").order_by("-id")[:50],
         "rules": channel.rules.order_by("name"),
     }
     return render(request, _fragment(request, "alerts/channel.html", "notifications"), context)

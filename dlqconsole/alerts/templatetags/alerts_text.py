@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from django import template
 from django.utils.dateparse import parse_datetime
+
+from dlqconsole.alerts.failures import summarise_failure
+
+if TYPE_CHECKING:
+    from dlqconsole.alerts.models import Notification
 
 register = template.Library()
 
@@ -35,3 +41,10 @@ def duration(seconds: object) -> str:
         if total >= size and total % size == 0:
             return f"{total // size} {unit}"
     return f"{total} s"
+
+
+@register.filter
+def failure_summary(notification: Notification) -> str:
+    """A failed send's error said for people (the raw text stays on the row)."""
+    channel = notification.channel
+    return summarise_failure(notification.error, kind=channel.kind, target=channel.target)
