@@ -78,6 +78,12 @@ def eligible_statuses(kind: str, filter_statuses: list[str] | None = None) -> fr
     return DEFAULT_STATUSES[kind]
 
 
+def share_text(part: int, whole: int) -> str:
+    """`part` as a share of `whole` in words: "40%", or "under 1%" rather than a canary of "0%"."""
+    share = part / whole if whole else 0.0
+    return "under 1%" if 0 < share < 0.005 else f"{share:.0%}"
+
+
 class OperationStatus(models.TextChoices):
     PLANNED = "planned", "Planned"
     CANARY = "canary", "Canary"
@@ -283,6 +289,13 @@ class Operation(models.Model):
             return "its wait was cut short: the operation was cancelled"
         # Resumed during its wait by an earlier version, which went on without finishing the watch.
         return "its wait was cut short by a pause"
+
+    @property
+    def canary_share(self) -> str:
+        """What share of the plan its canary is ("" without a canary or messages)."""
+        if not self.canary_size or not self.total:
+            return ""
+        return share_text(min(self.canary_size, self.total), self.total)
 
     @property
     def destination_queues(self) -> list[tuple[str, int, int]]:

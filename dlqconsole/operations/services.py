@@ -169,6 +169,13 @@ def plan_operation(
             created_by=actor if isinstance(actor, User) else None,
         )
         total = _freeze(operation, matching, limit=limit)
+        if canary_size and canary_size >= total > 0:
+            # Rolls the plan back: such a canary would replay every message before anything is watched.
+            raise OperationError(
+                f"a canary of {canary_size:,} is not smaller than the plan ({total:,} message"
+                f"{'' if total == 1 else 's'}): it would replay them all before watching any; choose a canary "
+                f"under {total:,}, or none"
+            )
         operation.total = total
         operation.breakdown = _breakdown(operation)
         operation.save(update_fields=["total", "breakdown"])

@@ -24,7 +24,7 @@ from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.views import HtmxHttpRequest
 from dlqconsole.operations import services
-from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, eligible_statuses
+from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, eligible_statuses, share_text
 
 HISTORY_PAGE_SIZE = 50
 # The token a message page gives its Retry button: one per page load, so a double click retries once.
@@ -38,7 +38,7 @@ PLANNABLE_KINDS = (
     OperationKind.PURGE,
 )
 RATE_CHOICES = [("", "no limit"), ("10/1s", "10 per second"), ("50/1s", "50 per second"), ("200/1s", "200 per second")]
-CANARY_CHOICES = [0, 10, 100]
+CANARY_CHOICES = [0, 1, 5, 10, 50, 100]
 
 
 def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
@@ -100,15 +100,18 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         chosen = DeadLetterFilter()
     if chosen.is_empty() and not error:
         error = "An operation needs a filter; an empty one would touch every dead letter."
+    planned_estimate = estimate(chosen, kind=kind) if not error else None
+    plan_size = _plan_size(planned_estimate, query.get("limit", ""))
     context = {
         "kind": kind,
         "kind_label": OperationKind(kind).label,
         "chosen": chosen,
         "filter_items": _filter_items(chosen),
-        "estimate": estimate(chosen, kind=kind) if not error else None,
+        "estimate": planned_estimate,
         "patterns": FailurePattern.objects.filter(pk__in=chosen.pattern[:20]) if chosen.pattern else [],
         "rate_choices": RATE_CHOICES,
-        "canary_choices": CANARY_CHOICES,
+        "plan_size": plan_size,
+        "canary_choices": canary_choices(plan_size, chosen=query.get("canary_size", "0")),
         "values": {
             "rate": query.get("rate", ""),
             "canary_size": query.get("canary_size", "0"),
@@ -145,6 +148,34 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         context["error"] = str(problem)
         return render(request, "operations/plan.html", context, status=400)
     return redirect("operations:detail", pk=operation.pk)
+
+
+def _plan_size(estimate: int | None, limit: str) -> int | None:
+    """About how many messages the plan will take: the estimate, capped by the limit; None when unknown."""
+    if estimate is None:
+        return None
+    limit = limit.strip()
+    if limit.isascii() and limit.isdigit() and int(limit) > 0:
+        return min(estimate, int(limit))
+    return estimate
+
+
+def canary_choices(plan_size: int | None, *, chosen: str = "") -> list[dict[str, Any]]:
+    """The canary sizes offered, each saying what share of the plan it is when the plan's size is known; one not
+    smaller than the plan is offered disabled (the plan would refuse it: it would replay everything unwatched)."""
+    choices = []
+    for size in CANARY_CHOICES:
+        label, disabled = "no canary", False
+        if size:
+            label = f"first {size}, then wait"
+            if plan_size:
+                if size >= plan_size:
+                    label = f"first {size}: not smaller than the plan (about {plan_size:,})"
+                    disabled = str(size) != chosen
+                else:
+                    label += f" ({share_text(size, plan_size)} of about {plan_size:,})"
+        choices.append({"size": size, "label": label, "disabled": disabled})
+    return choices
 
 
 def _filter_items(chosen: DeadLetterFilter) -> list[tuple[str, str]]:

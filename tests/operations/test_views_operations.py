@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -436,10 +437,54 @@ def test_time_left_on_the_page_counts_the_canary_wait(operator: User) -> None:
         status=OperationStatus.CANARY,
         started_at=now - dt.timedelta(seconds=2),
         succeeded=10,
-        canary_until=now + dt.timedelta(seconds=59, milliseconds=500),
+        canary_until=now + dt.timedelta(seconds=50, milliseconds=500),
     )
 
     fragment = client_for(operator).get(f"/operations/{operation.pk}/", headers=HX).content.decode()
 
-    # 59 s of wait left and 6 messages at 10 a second: not "about 1s".
-    assert '<dd data-testid="eta">about 59s</dd>' in fragment or '<dd data-testid="eta">about 1m</dd>' in fragment
+    # 50 s of wait left and 6 messages at 10 a second: not "about 1s".
+    assert re.search(r'<dd data-testid="eta">about 5[01]s</dd>', fragment)
+
+
+def test_plan_page_offers_small_canaries_and_says_their_share_of_the_plan(operator: User) -> None:
+    letters = many(16)
+    client = client_for(operator)
+
+    html = client.get(f"/operations/plan/?kind=retry&pattern={letters[0].pattern_id}&scope=all").content.decode()
+    limited = client.get(
+        f"/operations/plan/?kind=retry&pattern={letters[0].pattern_id}&scope=all&limit=8"
+    ).content.decode()
+
+    sizes = re.findall(r'<option value="(\d+)"', html.split('name="canary_size"')[1].split("</select>")[0])
+    assert sizes == ["0", "1", "5", "10", "50", "100"]
+    assert '<option value="1">first 1, then wait (6% of about 16)</option>' in html
+    assert '<option value="10">first 10, then wait (62% of about 16)</option>' in html
+    assert '<option value="50" disabled>first 50: not smaller than the plan (about 16)</option>' in html
+    assert "its share of the plan (about 16 messages) is shown beside each size" in html
+    assert '<option value="5">first 5, then wait (62% of about 8)</option>' in limited
+    assert '<option value="10" disabled>first 10: not smaller than the plan (about 8)</option>' in limited
+
+
+def test_a_canary_not_smaller_than_the_plan_is_refused_and_plans_nothing(operator: User) -> None:
+    letters = many(16)
+    form = {"kind": "retry", "scope": "all", "pattern": letters[0].pattern_id}
+    client = client_for(operator)
+
+    too_big = client.post("/operations/plan/", {**form, "canary_size": "50"})
+    whole = client.post("/operations/plan/", {**form, "canary_size": "16"})
+
+    assert too_big.status_code == 400 and whole.status_code == 400
+    assert (
+        "a canary of 50 is not smaller than the plan (16 messages): it would replay them all before watching any; "
+        "choose a canary under 16, or none"
+    ) in too_big.content.decode()
+    assert "a canary of 16 is not smaller than the plan" in whole.content.decode()
+    assert Operation.objects.count() == 0
+    assert not AuditEntry.objects.filter(action="operation.retry.plan").exists()
+
+    planned = client.post("/operations/plan/", {**form, "canary_size": "5"})
+
+    operation = Operation.objects.get()
+    assert planned.status_code == 302 and (operation.canary_size, operation.total) == (5, 16)
+    detail = client.get(f"/operations/{operation.pk}/").content.decode()
+    assert "5 first (31% of the plan)" in detail
