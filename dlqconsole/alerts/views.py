@@ -31,6 +31,7 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     Severity,
 )
+from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
@@ -182,9 +183,7 @@ def alert_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except services.AlertError as error:
         messages.error(request, str(error))
     else:
-        messages.success(
-            request, f"Silenced until {timezone.localtime(until):%Y-%m-%d %H:%M}." if until else "Silence lifted."
-        )
+        messages.success(request, f"Silenced until {stamp(until)}." if until else "Silence lifted.")
     alert.refresh_from_db()
     return _alert_response(request, alert)
 
@@ -203,7 +202,7 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
     else:
         until = form.until()
         result = services.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
-        done = f"Silenced until {timezone.localtime(until):%Y-%m-%d %H:%M}:" if until else "Silence lifted for"
+        done = f"Silenced until {stamp(until)}:" if until else "Silence lifted for"
         _bulk_message(request, result, done=done, skipped="already resolved")
     if request.htmx:
         return render(request, "alerts/list.html#current", _current_context(request))
@@ -299,7 +298,8 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if form.is_valid():
         until = form.until()
         services.silence_rule(rule=rule, actor=request.user, until=until)
-        messages.success(request, f"“{rule.name}” silenced." if until else f"“{rule.name}” speaks again.")
+        said = f"“{rule.name}” silenced until {stamp(until)}." if until else f"“{rule.name}” speaks again."
+        messages.success(request, said)
     return redirect("alerts:rules")
 
 
