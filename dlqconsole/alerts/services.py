@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -37,6 +37,7 @@ from dlqconsole.alerts.models import (
     RuleKind,
 )
 from dlqconsole.alerts.notifiers import NotifierError
+from dlqconsole.deadletters.templatetags.charts import stamp
 
 logger = logging.getLogger(__name__)
 
@@ -426,7 +427,12 @@ def acknowledge_alert(*, alert: Alert, actor: Actor, now: dt.datetime | None = N
     """Someone is on it: no more reminders. The alert still resolves (with a notice) when the condition clears."""
     if not _acknowledge(alert, actor=actor, now=now or timezone.now()):
         raise AlertError("Only a firing alert can be acknowledged.")
-    record_audit(actor=actor, action="alerts.alert.acknowledge", target=f"alert:{alert.pk}", detail=alert.summary)
+    record_audit(
+        actor=actor,
+        action="alerts.alert.acknowledge",
+        target=f"alert:{alert.pk}",
+        detail=f"{alert.rule.name}: {alert.summary}",
+    )
     alert.refresh_from_db()
     return alert
 
@@ -435,8 +441,13 @@ def silence_alert(*, alert: Alert, actor: Actor, until: dt.datetime | None) -> A
     """Send nothing about this alert until `until` (None lifts the silence)."""
     if not _silence(alert, until=until):
         raise AlertError("A resolved alert cannot be silenced.")
-    detail = f"until {until.isoformat()}" if until else "silence lifted"
-    record_audit(actor=actor, action="alerts.alert.silence", target=f"alert:{alert.pk}", detail=detail)
+    said = f"silenced until {stamp(until)}" if until else "silence lifted"
+    record_audit(
+        actor=actor,
+        action="alerts.alert.silence",
+        target=f"alert:{alert.pk}",
+        detail=f"{alert.rule.name} · {alert.subject_label}: {said}",
+    )
     return alert
 
 
@@ -464,6 +475,8 @@ def _silence(alert: Alert, *, until: dt.datetime | None) -> bool:
 class BulkResult:
     done: list[int]
     skipped: list[int]
+    # How many of the done alerts each rule had, for the audit row.
+    rules: Counter[str] = field(default_factory=Counter)
 
 
 def acknowledge_alerts(*, alerts: Iterable[Alert], actor: Actor, now: dt.datetime | None = None) -> BulkResult:
@@ -472,8 +485,14 @@ def acknowledge_alerts(*, alerts: Iterable[Alert], actor: Actor, now: dt.datetim
     now = now or timezone.now()
     result = BulkResult(done=[], skipped=[])
     for alert in alerts:
-        (result.done if _acknowledge(alert, actor=actor, now=now) else result.skipped).append(alert.pk)
-    _record_bulk(actor=actor, action="alerts.alert.bulk_acknowledge", result=result, detail="acknowledged")
+        _tally(result, alert, done=_acknowledge(alert, actor=actor, now=now))
+    _record_bulk(
+        actor=actor,
+        action="alerts.alert.bulk_acknowledge",
+        result=result,
+        done="acknowledged",
+        skipped="no longer firing",
+    )
     return result
 
 
@@ -481,30 +500,46 @@ def silence_alerts(*, alerts: Iterable[Alert], actor: Actor, until: dt.datetime 
     """Silence many alerts at once (None lifts their silence); resolved ones are skipped. One audit row."""
     result = BulkResult(done=[], skipped=[])
     for alert in alerts:
-        (result.done if _silence(alert, until=until) else result.skipped).append(alert.pk)
-    detail = f"silenced until {until.isoformat()}" if until else "silence lifted"
-    _record_bulk(actor=actor, action="alerts.alert.bulk_silence", result=result, detail=detail)
+        _tally(result, alert, done=_silence(alert, until=until))
+    done = f"silenced until {stamp(until)}" if until else "silence lifted"
+    _record_bulk(actor=actor, action="alerts.alert.bulk_silence", result=result, done=done, skipped="already resolved")
     return result
 
 
-def _record_bulk(*, actor: Actor, action: str, result: BulkResult, detail: str) -> None:
-    ids = ", ".join(f"#{pk}" for pk in result.done) or "none"
-    skipped = f"; skipped {', '.join(f'#{pk}' for pk in result.skipped)}" if result.skipped else ""
+def _tally(result: BulkResult, alert: Alert, *, done: bool) -> None:
+    if done:
+        result.done.append(alert.pk)
+        result.rules[alert.rule.name] += 1
+    else:
+        result.skipped.append(alert.pk)
+
+
+def _record_bulk(*, actor: Actor, action: str, result: BulkResult, done: str, skipped: str) -> None:
+    """One audit row for a bulk action: the ids in its filter (once), and in its detail what was done to how many
+    alerts of which rules, in words: 'acknowledged: Dead letters waiting (38), Orders growing (3)'."""
+    count = len(result.done)
+    rules = ", ".join(f"{name} ({n})" for name, n in result.rules.most_common())
+    detail = f"{done}: {rules}" if rules else f"{done}: none"
+    if result.skipped:
+        detail += f"; {len(result.skipped)} skipped ({skipped})"
+    chosen: dict[str, Any] = {"ids": result.done}
+    if result.skipped:
+        chosen["skipped"] = result.skipped
     record_audit(
         actor=actor,
         action=action,
-        target=f"{len(result.done)} alerts",
-        filter={"ids": result.done, "skipped": result.skipped},
-        count=len(result.done),
-        detail=f"{detail}: {ids}{skipped}",
+        target=f"{count} alert{'' if count == 1 else 's'}",
+        filter=chosen,
+        count=count,
+        detail=detail,
     )
 
 
 def silence_rule(*, rule: AlertRule, actor: Actor, until: dt.datetime | None) -> AlertRule:
     rule.silenced_until = until
     rule.save(update_fields=["silenced_until", "updated_at"])
-    detail = f"until {until.isoformat()}" if until else "silence lifted"
-    record_audit(actor=actor, action="alerts.rule.silence", target=f"rule:{rule.pk}", detail=detail)
+    said = f"silenced until {stamp(until)}" if until else "silence lifted"
+    record_audit(actor=actor, action="alerts.rule.silence", target=f"rule:{rule.pk}", detail=f"{rule.name}: {said}")
     return rule
 
 

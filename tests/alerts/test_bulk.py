@@ -58,8 +58,9 @@ def test_operator_acknowledges_ticked_alerts_and_gets_the_list_back(
     assert {Alert.objects.get(pk=alert.pk).acknowledged_by for alert in chosen} == {operator}
     entry = AuditEntry.objects.get(action="alerts.alert.bulk_acknowledge")
     assert entry.actor == operator and entry.count == 2
-    assert entry.filter["ids"] == [alert.pk for alert in chosen]
-    assert f"#{chosen[0].pk}, #{chosen[1].pk}" in entry.detail
+    # The ids once, in the filter; the detail says what was done to which rules' alerts, in words.
+    assert entry.filter == {"ids": [alert.pk for alert in chosen]}
+    assert entry.detail == f"acknowledged: {chosen[0].rule.name} (2)"
     # One row for the bulk action, not one per alert.
     assert not AuditEntry.objects.filter(action="alerts.alert.acknowledge").exists()
 
@@ -115,6 +116,7 @@ def test_alerts_no_longer_firing_are_skipped_and_named_in_the_audit(
     assert "Acknowledged 1 alert." in body and "1 skipped: no longer firing." in body
     entry = AuditEntry.objects.get(action="alerts.alert.bulk_acknowledge")
     assert (entry.count, entry.filter["ids"], entry.filter["skipped"]) == (1, [firing[0].pk], [firing[1].pk])
+    assert entry.detail.endswith("; 1 skipped (no longer firing)")
 
 
 def test_operator_silences_ticked_alerts(client: Client, operator: User, firing: list[Alert]) -> None:
