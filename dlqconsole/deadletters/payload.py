@@ -143,12 +143,22 @@ def is_death_header(name: str) -> bool:
     return lowered in DEATH_HEADERS or lowered.startswith(("x-first-death-", "x-last-death-"))
 
 
-def headers_as_json(headers: Any) -> str:
-    """Headers as editable JSON without the death headers (the tagged form of core.jsonsafe, so bytes and
-    timestamps survive an edit)."""
+def headers_as_json(headers: Any, *, leave_out: frozenset[str] = frozenset()) -> str:
+    """Headers as editable JSON without the death headers and the names in `leave_out` (lower case), in the
+    tagged form of core.jsonsafe, so bytes and timestamps survive an edit."""
     if isinstance(headers, dict):
-        headers = {key: value for key, value in headers.items() if not is_death_header(key)}
+        headers = {
+            key: value
+            for key, value in headers.items()
+            if not is_death_header(key) and str(key).lower() not in leave_out
+        }
     return json.dumps(headers, indent=2, ensure_ascii=False)
+
+
+def error_header_names() -> frozenset[str]:
+    """The headers a failing consumer writes about its failure (type, message, stack trace), lower case."""
+    names = [*settings.DLQ_ERROR_TYPE_HEADERS, *settings.DLQ_ERROR_MESSAGE_HEADERS, *settings.DLQ_STACK_TRACE_HEADERS]
+    return frozenset(name.lower() for name in names)
 
 
 def body_as_text(body: bytes) -> str | None:
@@ -181,8 +191,25 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _formatted_json(text: str) -> str | None:
+    """A JSON object or array laid out one member per line, or None when the text is not one."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return None
+
+
 def unified_diff(before: str, after: str, *, name: str) -> list[tuple[str, str]]:
-    """(kind, line) pairs of a unified diff, kind one of add, del, hunk, same; empty when nothing changed."""
+    """(kind, line) pairs of a unified diff, kind one of add, del, hunk, same; empty when nothing changed.
+
+    Two JSON documents are compared laid out one member per line, so a change in a one-line payload shows as the
+    member that changed rather than as the whole line (the text sent is the one typed, unchanged)."""
+    if before != after:
+        formatted = _formatted_json(before), _formatted_json(after)
+        if formatted[0] is not None and formatted[1] is not None:
+            before, after = formatted[0], formatted[1]
     lines = difflib.unified_diff(
         before.splitlines(), after.splitlines(), fromfile=f"{name} (original)", tofile=f"{name} (edited)", lineterm=""
     )

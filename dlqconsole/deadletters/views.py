@@ -46,6 +46,7 @@ from dlqconsole.deadletters.models import (
 from dlqconsole.deadletters.payload import (
     body_as_text,
     death_timeline,
+    error_header_names,
     header_rows,
     headers_as_json,
     show_body,
@@ -802,7 +803,10 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     original_body = body_as_text(bytes(dead_letter.body))
     original_headers = headers_as_json(dead_letter.headers)
     if request.method == "GET" or original_body is None:
-        form = EditForm(initial={"body": original_body or "", "headers": original_headers, "submission": uuid4().hex})
+        # The copy starts without the failed attempt's error headers (the diff shows them left out; they can be
+        # typed back): a consumer reading them would take the copy for one that failed already.
+        initial_headers = headers_as_json(dead_letter.headers, leave_out=error_header_names())
+        form = EditForm(initial={"body": original_body or "", "headers": initial_headers, "submission": uuid4().hex})
     else:
         form = EditForm(request.POST)
     context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "form": form}

@@ -68,6 +68,26 @@ def test_edit_form_starts_from_the_payload_and_headers(operator: User) -> None:
     assert "x-death" not in html
 
 
+def test_edit_form_leaves_out_the_failed_attempts_error_headers_and_the_diff_shows_it(operator: User) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7}', headers={"tenant": "acme"}))
+    client = client_for(operator)
+
+    html = client.get(f"/messages/{stored.pk}/edit/").content.decode()
+    form_headers = html[html.index('name="headers"') :].split("</textarea>", 1)[0]
+    preview = client.post(
+        f"/messages/{stored.pk}/edit/",
+        {
+            "body": '{"order": 7}',
+            "headers": json.dumps({"tenant": "acme"}),
+            "action": "preview",
+            "submission": SUBMISSION,
+        },
+    ).content.decode()
+
+    assert "tenant" in form_headers and "x-exception-message" not in form_headers
+    assert '<span class="del">-  &quot;x-exception-message&quot;' in preview
+
+
 def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
     (stored,) = ingest(letter(body=b'{"order": 7}'))
     headers = {"tenant": "acme"}
@@ -79,8 +99,9 @@ def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert '<span class="del">-{&quot;order&quot;: 7}</span>' in html
-    assert '<span class="add">+{&quot;order&quot;: 8}</span>' in html
+    # JSON is compared one member per line: the member that changed is the line that changed.
+    assert '<span class="del">-  &quot;order&quot;: 7</span>' in html
+    assert '<span class="add">+  &quot;order&quot;: 8</span>' in html
     assert 'value="send"' in html
     assert f'name="submission" value="{SUBMISSION}"' in html  # carried to the send
     assert DeadLetter.objects.count() == 1 and Operation.objects.count() == 0
