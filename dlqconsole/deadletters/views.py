@@ -834,7 +834,7 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except OperationError as problem:
         form.add_error(None, str(problem))
         return render(request, "deadletters/message_edit.html", context, status=400)
-    messages.success(request, "The edited copy was sent; the original is kept.")
+    messages.success(request, "The edited copy was sent; the original is archived (restorable from its page).")
     return redirect("operations:detail", pk=result.pk)
 
 

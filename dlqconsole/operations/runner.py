@@ -483,7 +483,7 @@ class OperationRunner:
                 .order_by("pk")
                 .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
             }
-            busy = _busy_elsewhere(list(letters), operation_id=self.operation_id)
+            busy = busy_elsewhere(list(letters), operation_id=self.operation_id)
             done: list[int] = []
             letter_ids: list[int] = []
             skipped: dict[int, str] = {}
@@ -654,7 +654,7 @@ class OperationRunner:
                 .order_by("pk")
                 .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
             }
-            busy = _busy_elsewhere(list(current), operation_id=self.operation_id)
+            busy = busy_elsewhere(list(current), operation_id=self.operation_id)
             skipped: dict[int, str] = {}
             candidates: list[_Claimed] = []
             for read in reads:
@@ -974,7 +974,7 @@ def _counted(letter: _Letter) -> CountedRow:
     return CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status)
 
 
-def _busy_elsewhere(dead_letter_ids: list[int], *, operation_id: int) -> set[int]:
+def busy_elsewhere(dead_letter_ids: list[int], *, operation_id: int) -> set[int]:
     """Dead letters another operation has in flight. Call it holding their row locks: a take that committed before
     we got them is visible, and none can commit while we hold them."""
     return set(

@@ -559,7 +559,39 @@ def _edit_and_retry(
         detail=f"edited copy {copy.pk} of dead letter {original.pk}",
     )
     operation = plan_operation(kind=OperationKind.EDIT_RETRY, filter={"ids": [copy.pk]}, actor=actor)
+    _archive_edited_original(original_id=original.pk, copy_id=copy.pk, actor=actor, now=now)
     return start_operation(operation=operation, actor=actor)
+
+
+# Dead letters waiting for someone to deal with them.
+WAITING_STATUSES = (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED)
+
+
+def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, now: dt.datetime) -> None:
+    """The original of an edited copy is dealt with: archive it (restorable), so that it no longer counts as
+    waiting and a later retry of its pattern does not replay the broken message next to its fixed copy. One that
+    another operation is replaying right now, or that is not waiting, is left as it is."""
+    from dlqconsole.operations.runner import busy_elsewhere
+
+    row = (
+        DeadLetter.objects.select_for_update(no_key=True)
+        .filter(pk=original_id, status__in=WAITING_STATUSES)
+        .values_list("source_queue", "pattern_id", "failure_reason", "status")
+        .first()
+    )
+    if row is None or busy_elsewhere([original_id], operation_id=0):
+        return
+    DeadLetter.objects.filter(pk=original_id).update(
+        status=DeadLetterStatus.ARCHIVED, status_changed_at=now, next_retry_at=None
+    )
+    count_status_change([CountedRow(*row)], to_status=DeadLetterStatus.ARCHIVED)
+    record_audit(
+        actor=actor,
+        action="deadletter.archive",
+        target=f"deadletter:{original_id}",
+        count=1,
+        detail=f"archived: its edited copy {copy_id} was sent in its place",
+    )
 
 
 # Upkeep (Celery beat) ----------------------------------------------------------------------------------------

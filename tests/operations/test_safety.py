@@ -15,6 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
@@ -361,7 +362,7 @@ def test_an_operation_pauses_itself_when_too_many_replays_come_back(channel, que
     assert operation.items.filter(status=ItemStatus.PENDING).count() == 100 - operation.processed
 
 
-def test_edit_and_retry_publishes_the_edited_copy_and_keeps_the_original(channel, queue_name, operator):
+def test_edit_and_retry_publishes_the_edited_copy_and_archives_the_original(channel, queue_name, operator):
     orders = queue_name("orders")
     (original,) = dead_letters_on_broker(channel, orders, 1)
 
@@ -377,9 +378,25 @@ def test_edit_and_retry_publishes_the_edited_copy_and_keeps_the_original(channel
     assert properties.message_id == "j0"
     original.refresh_from_db()
     copy = DeadLetter.objects.get(edited_from=original)
-    assert (original.status, bytes(original.body)) == ("parked", b"job 0")
+    # Kept as it was, but no longer waiting: a retry of its pattern must not replay it beside its fixed copy.
+    assert (original.status, bytes(original.body)) == ("archived", b"job 0")
     assert (copy.status, operation.kind) == ("replayed", OperationKind.EDIT_RETRY)
-    assert cells(orders + ".dlq") == {"parked": 1, "replayed": 1}
+    assert cells(orders + ".dlq") == {"archived": 1, "replayed": 1}
+    assert AuditEntry.objects.filter(action="deadletter.archive", target=f"deadletter:{original.pk}").exists()
+    retry_all = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
+    assert retry_all.total == 0
+
+
+def test_edit_and_retry_leaves_an_original_another_operation_is_replaying(channel, queue_name, operator):
+    orders = queue_name("orders")
+    (original,) = dead_letters_on_broker(channel, orders, 1)
+    busy = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
+    busy.items.update(status=ItemStatus.IN_FLIGHT, attempts=1)
+
+    edit_and_retry(dead_letter=original, body=b'{"fixed": true}', headers={}, actor=operator)
+
+    original.refresh_from_db()
+    assert original.status == "parked"
 
 
 def test_a_dead_letter_another_operation_is_publishing_is_left_to_it(channel, queue_name, operator):
