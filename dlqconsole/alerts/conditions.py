@@ -342,8 +342,19 @@ def _pattern_link(pk: int) -> str:
     return safe_reverse("deadletters:pattern", pk)
 
 
+# How much of a pattern's template an alert's summary quotes.
+LABEL_CHARS = 120
+
+
 def _pattern_label(pattern: PatternFacts) -> str:
-    return pattern.template[:120] or f"pattern #{pattern.pk}"
+    """The pattern's template, cut at a word with an ellipsis when it is long."""
+    template = pattern.template
+    if len(template) <= LABEL_CHARS:
+        return template or f"pattern #{pattern.pk}"
+    cut = template[: LABEL_CHARS - 1]
+    if " " in cut[LABEL_CHARS // 2 :]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:·←→") + "…"
 
 
 def dlq_not_empty(rule: AlertRule, facts: Facts) -> RuleResult:

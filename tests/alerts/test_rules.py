@@ -305,3 +305,18 @@ def test_operation_paused_by_its_safeguards_fires_and_resolves_on_resume(operato
     Operation.objects.filter(pk=breaker.pk).update(status=OperationStatus.RUNNING, pause_reason="")
     evaluate_rules()
     assert open_alerts(paused) == {}
+
+
+def test_a_long_pattern_name_in_a_summary_is_cut_at_a_word() -> None:
+    from dlqconsole.alerts.conditions import LABEL_CHARS, PatternFacts, _pattern_label
+
+    words = "UniqueViolation at orders/handlers.py:handle_order_created → clients/base.py:call: duplicate key value"
+    long = PatternFacts(
+        pk=7, status="open", template=words + " violates unique constraint <*> " * 3, total_count=1, merged=False
+    )
+
+    label = _pattern_label(long)
+
+    assert label.endswith("…") and len(label) <= LABEL_CHARS
+    assert long.template.startswith(label[:-1]) and long.template[len(label) - 1] == " "
+    assert _pattern_label(PatternFacts(pk=8, status="open", template="", total_count=0, merged=False)) == "pattern #8"
