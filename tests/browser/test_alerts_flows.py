@@ -16,7 +16,7 @@ from dlqconsole.alerts.defaults import install_default_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Notification
 from dlqconsole.alerts.services import evaluate_rules
 from tests.alerts.conftest import Receiver
-from tests.browser.conftest import Watched, log_in, screenshot
+from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
 from tests.deadletters.page_world import ingest, letter
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -90,7 +90,7 @@ def test_admin_adds_a_webhook_channel_and_sends_it_a_test(
 
     page.get_by_role("button", name="Send test").click()
 
-    expect(page.locator("#test-result")).to_contain_text("Sent", timeout=30_000)
+    expect(page.locator("#test-result")).to_contain_text("Sent", timeout=WORKER_WAIT_MS)
     sent = receiver.wait_for(lambda item: item.body.get("event") == "test", timeout=5)
     assert sent is not None
     notification = Notification.objects.get()
