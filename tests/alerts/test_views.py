@@ -193,6 +193,16 @@ def test_queue_page_shows_depth_levels_full_and_fragment(client: Client, viewer:
     assert "lvl-critical" in body and "230" in body and "<svg" in body
 
 
+def test_queue_page_says_a_queue_has_no_consumer(client: Client, viewer: User) -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    QueueSample.objects.create(queue="orders", messages=12, consumers=0)
+
+    body = login(client, viewer).get(reverse("alerts:queues"), headers=HTMX).content.decode()
+
+    row = body[body.index(">orders<") :].split("</tr>", 1)[0]
+    assert '0 <span class="chip st-failed">none</span>' in row  # as on the dashboard (was a dash)
+
+
 @pytest.mark.parametrize(
     "name", ["alerts:rules", "alerts:channels", "alerts:rule-new", "alerts:channel-new"], ids=lambda n: n
 )
