@@ -40,7 +40,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import F, Q, Value
+from django.db.models import F, JSONField, Q, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -62,6 +62,8 @@ from dlqconsole.core.ratelimit import Rate, RateLimiter, get_rate_limiter, parse
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
+    DEATH_HEADER_PREFIXES,
+    DEATH_HEADERS,
     Destination,
     check_destinations,
     move_destination,
@@ -113,6 +115,11 @@ LETTER_FIELDS = (
     "replay_count",
 )
 BUSY = "another operation is publishing it right now"
+# The death headers as RabbitMQ 3.10 to 4.x writes them, left out of the headers read for a replay.
+DEATH_HEADER_NAMES = frozenset(DEATH_HEADERS) | {
+    f"{prefix}{part}" for prefix in DEATH_HEADER_PREFIXES for part in ("queue", "reason", "exchange")
+}
+REPLAY_HEADERS_SQL = f'{DeadLetter._meta.db_table}."headers" - %s::text[]'
 
 
 @dataclass
@@ -631,10 +638,17 @@ class OperationRunner:
     def _read_next(self, limit: int, resume: bool) -> list[_Read]:
         """The next items and their messages, read without locks: the wide read happens off the critical path."""
         items = self._next_items(limit, resume=resume)
-        letters = {
-            row[0]: _Letter(*row)
-            for row in DeadLetter.objects.filter(pk__in=_ids([item[1] for item in items])).values_list(*LETTER_FIELDS)
-        }
+        found = DeadLetter.objects.filter(pk__in=_ids([item[1] for item in items]))
+        fields: tuple[str, ...] = LETTER_FIELDS
+        if connection.vendor == "postgresql":
+            # The broker's death headers (x-death is most of a dead letter's headers) are dropped by the replay
+            # anyway: PostgreSQL leaves them out, so this thread does not decode them from JSON, thousands a
+            # second. replay_properties still drops any it finds (other spellings, tagged tables).
+            found = found.annotate(
+                replay_headers=RawSQL(REPLAY_HEADERS_SQL, (sorted(DEATH_HEADER_NAMES),), output_field=JSONField())
+            )
+            fields = tuple("replay_headers" if name == "headers" else name for name in LETTER_FIELDS)
+        letters = {row[0]: _Letter(*row) for row in found.values_list(*fields)}
         return [_Read(item_pk, status, letters.get(dead_letter_id)) for item_pk, dead_letter_id, status in items]
 
     def _take(self, operation: Operation, reads: list[_Read]) -> _Take:
