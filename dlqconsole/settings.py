@@ -242,6 +242,9 @@ DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1
 # that trip the circuit breaker, and the share of replays coming back to a DLQ that pauses an operation.
 DLQ_OPERATION_CHUNK_SIZE = env_int("DLQ_OPERATION_CHUNK_SIZE", 2000, minimum=1)
 DLQ_PUBLISH_WINDOW = env_int("DLQ_PUBLISH_WINDOW", 1000, minimum=1)
+# The rate a retry or move planned on the pages starts with (the operator may change or clear it): a service that
+# just came back is not flooded by default. Empty: no limit.
+DLQ_DEFAULT_REPLAY_RATE = env_str("DLQ_DEFAULT_REPLAY_RATE", "100/1s")
 DLQ_OPERATION_STALE_SECONDS = env_int("DLQ_OPERATION_STALE_SECONDS", 60, minimum=1)
 DLQ_OPERATION_BREAKER_FAILURES = env_int("DLQ_OPERATION_BREAKER_FAILURES", 50, minimum=1)
 DLQ_OPERATION_MAX_RETURN_SHARE = env_float("DLQ_OPERATION_MAX_RETURN_SHARE", 0.2, minimum=0.0)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Sum
 from django.http import HttpResponse, QueryDict
@@ -113,7 +114,8 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         "plan_size": plan_size,
         "canary_choices": canary_choices(plan_size, chosen=query.get("canary_size", "0")),
         "values": {
-            "rate": query.get("rate", ""),
+            # A first look at the plan starts from the default rate; a rate cleared on purpose stays cleared.
+            "rate": query.get("rate", settings.DLQ_DEFAULT_REPLAY_RATE),
             "canary_size": query.get("canary_size", "0"),
             "target_queue": query.get("target_queue", ""),
             "target_exchange": query.get("target_exchange", ""),

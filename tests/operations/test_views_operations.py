@@ -102,6 +102,18 @@ def test_plan_page_shows_the_filter_and_an_estimate_from_the_counters(operator: 
     assert 'name="rate"' in html and 'name="canary_size"' in html
 
 
+def test_plan_page_starts_from_the_default_rate_and_a_cleared_rate_means_no_limit(operator: User) -> None:
+    letters = many(4)
+    client = client_for(operator)
+    query = f"kind=retry&pattern={letters[0].pattern_id}&scope=all"
+
+    page = client.get(f"/operations/plan/?{query}").content.decode()
+    client.post("/operations/plan/", {"kind": "retry", "pattern": letters[0].pattern_id, "scope": "all", "rate": ""})
+
+    assert re.search(r'name="rate" value="100/1s"', page)
+    assert Operation.objects.get().rate == ""  # cleared on purpose: no limit
+
+
 def test_plan_refuses_an_empty_filter(operator: User) -> None:
     many(2)
 
