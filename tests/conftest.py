@@ -10,6 +10,7 @@ import pika
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.test import Client
 
 from dlqconsole.core.amqp import connect
 
@@ -74,4 +75,23 @@ def queue_name() -> Iterator[Callable[[str], str]]:
         for suffix in ("", ".dlq"):
             channel.queue_delete(queue=name + suffix)
         channel.exchange_delete(exchange=name + ".dlx")
+    connection.close()
+
+
+def client_for(user: User, *, enforce_csrf_checks: bool = False) -> Client:
+    """A test client signed in as `user`."""
+    client = Client(enforce_csrf_checks=enforce_csrf_checks)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def celery_queue() -> Iterator[str]:
+    """This run's Celery queue (tasks the test enqueues go there); emptied afterwards, so no later worker runs
+    them against another test's database."""
+    yield settings.CELERY_TASK_DEFAULT_QUEUE
+    connection = connect(settings.AMQP_URL)
+    channel = connection.channel()
+    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
+    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
     connection.close()

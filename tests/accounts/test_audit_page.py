@@ -13,14 +13,9 @@ from django.utils import timezone
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.accounts.views import PAGE_SIZE
+from tests.conftest import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
-
-
-def client_for(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_signed_out_visitors_are_sent_to_login(client: Client) -> None:

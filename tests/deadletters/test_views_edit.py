@@ -5,41 +5,22 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection as db_connection
-from django.test import Client
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core import jsonsafe
-from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.operations.models import Operation
 from dlqconsole.operations.services import edit_and_retry
+from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter
 
 SUBMISSION = "5" * 32
 
 pytestmark = [pytest.mark.django_db]
-
-
-def client_for(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def celery_queue() -> Iterator[str]:
-    yield settings.CELERY_TASK_DEFAULT_QUEUE
-    connection = connect(settings.AMQP_URL)
-    channel = connection.channel()
-    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
-    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-    connection.close()
 
 
 def test_viewer_cannot_edit_and_retry(viewer: User) -> None:

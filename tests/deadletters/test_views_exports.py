@@ -8,16 +8,13 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters import exports
 from tests.deadletters.page_world import ingest, letter, many
 
@@ -88,16 +85,6 @@ def test_export_reads_every_row_across_keyset_chunks(viewer_client: Client, monk
 
 def test_unknown_export_format_is_404(viewer_client: Client) -> None:
     assert viewer_client.get("/messages/export/?format=xlsx").status_code == 404
-
-
-@pytest.fixture
-def celery_queue() -> Iterator[str]:
-    yield settings.CELERY_TASK_DEFAULT_QUEUE
-    connection = connect(settings.AMQP_URL)
-    channel = connection.channel()
-    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
-    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-    connection.close()
 
 
 def test_large_export_is_written_in_the_background_and_downloaded_by_its_owner(

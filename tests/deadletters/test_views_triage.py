@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent, PatternStatus
+from tests.conftest import client_for
 from tests.deadletters.page_world import many
 
 pytestmark = [pytest.mark.django_db]
 
 HX = {"HX-Request": "true"}
-
-
-def client_for(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_viewer_cannot_change_triage(viewer: User) -> None:

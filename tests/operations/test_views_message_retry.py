@@ -6,45 +6,26 @@ from __future__ import annotations
 import html as html_lib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.db import connection as db_connection
-from django.test import Client
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from dlqconsole.operations.services import run_operation
+from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = [pytest.mark.django_db]
 
 SUBMISSION = "7" * 32
-
-
-def client_for(user: User, *, enforce_csrf_checks: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=enforce_csrf_checks)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def celery_queue() -> Iterator[str]:
-    """The run tasks the retries enqueue go to this run's Celery queue; emptied afterwards."""
-    yield settings.CELERY_TASK_DEFAULT_QUEUE
-    connection = connect(settings.AMQP_URL)
-    channel = connection.channel()
-    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
-    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-    connection.close()
 
 
 def retry_form(page: str) -> dict[str, str]:

@@ -4,42 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern
 from dlqconsole.operations.models import Operation, OperationStatus
 from dlqconsole.operations.services import plan_operation, run_operation
+from tests.conftest import client_for
 from tests.deadletters.page_world import many
 
 pytestmark = [pytest.mark.django_db]
 
 HX = {"HX-Request": "true"}
-
-
-def client_for(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def celery_queue() -> Iterator[str]:
-    """The Celery queue this test run publishes to; emptied afterwards (no worker runs in these tests)."""
-    yield settings.CELERY_TASK_DEFAULT_QUEUE
-    connection = connect(settings.AMQP_URL)
-    channel = connection.channel()
-    channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
-    channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-    connection.close()
 
 
 def test_viewer_cannot_open_a_plan(viewer: User) -> None:
