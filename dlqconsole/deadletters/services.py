@@ -10,7 +10,6 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
 - merge_warnings(*, target, sources) -> list[str]                          (what differs, for a preview)
 - split_pattern(*, pattern, name, actor, regex="", header="") -> FailurePattern   (the new pattern)
-- preview_split(*, pattern, regex="", header="") -> int                    (how many a split would take)
 - split_preview(*, pattern, regex="", header="", examples=5) -> SplitPreview (the same, with examples)
 - save_fingerprint_rule(*, rule, actor) -> FingerprintRule                 (create or edit; the admin uses it)
 - delete_fingerprint_rule(*, rule, actor) -> None
@@ -605,8 +604,3 @@ def split_preview(*, pattern: FailurePattern, regex: str = "", header: str = "",
             if len(found) < examples:
                 found.append((pk, message))
     return SplitPreview(matching=matching, examined=examined, examples=found)
-
-
-def preview_split(*, pattern: FailurePattern, regex: str = "", header: str = "") -> int:
-    """How many of the pattern's newest dead letters (at most SPLIT_PREVIEW_LIMIT) a split rule would take."""
-    return split_preview(pattern=pattern, regex=regex, header=header, examples=0).matching

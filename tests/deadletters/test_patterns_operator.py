@@ -12,9 +12,9 @@ from dlqconsole.deadletters.services import (
     PatternError,
     delete_fingerprint_rule,
     merge_patterns,
-    preview_split,
     save_fingerprint_rule,
     split_pattern,
+    split_preview,
 )
 from tests.deadletters.conftest import Ingest, assert_counts_exact
 
@@ -132,7 +132,7 @@ def test_split_by_header(ingest: Ingest, operator: User) -> None:
     part = split_pattern(pattern=pattern, name="acme quota", header="x-tenant", regex="^acme$", actor=operator)
 
     assert [DeadLetter.objects.get(pk=row.pk).pattern_id for row in rows] == [part.pk, pattern.pk, pattern.pk]
-    assert preview_split(pattern=pattern, header="x-tenant") == 1
+    assert split_preview(pattern=pattern, header="x-tenant").matching == 1
 
 
 def test_split_refuses_a_bad_expression(ingest: Ingest, operator: User) -> None:
@@ -155,8 +155,8 @@ def test_split_expression_is_searched_in_the_message_and_in_type_and_message(ing
     pattern = rows[0].pattern
 
     # Anchored at the start of the message, although the error type comes first in the error's one-line form.
-    assert preview_split(pattern=pattern, regex=r"^user svc-") == 1
-    assert preview_split(pattern=pattern, regex=r"^LookupError: user (alice|bob)") == 2
+    assert split_preview(pattern=pattern, regex=r"^user svc-").matching == 1
+    assert split_preview(pattern=pattern, regex=r"^LookupError: user (alice|bob)").matching == 2
     part = split_pattern(pattern=pattern, name="service accounts", regex=r"^user svc-", actor=operator)
 
     assert DeadLetter.objects.get(pk=rows[2].pk).pattern_id == part.pk
