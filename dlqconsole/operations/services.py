@@ -23,6 +23,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.ratelimit import parse_rate
+from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.services import add_counts
@@ -563,10 +564,6 @@ def _edit_and_retry(
     return start_operation(operation=operation, actor=actor)
 
 
-# Dead letters waiting for someone to deal with them.
-WAITING_STATUSES = (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED)
-
-
 def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, now: dt.datetime) -> None:
     """The original of an edited copy is dealt with: archive it (restorable), so that it no longer counts as
     waiting and a later retry of its pattern does not replay the broken message next to its fixed copy. One that
@@ -575,7 +572,7 @@ def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, no
 
     row = (
         DeadLetter.objects.select_for_update(no_key=True)
-        .filter(pk=original_id, status__in=WAITING_STATUSES)
+        .filter(pk=original_id, status__in=selectors.WAITING)
         .values_list("source_queue", "pattern_id", "failure_reason", "status")
         .first()
     )
