@@ -71,6 +71,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("kind", "outcome"),
     ),
     "dlq_channels_disabled": ("gauge", "Notification channels switched off after permanent failures.", ()),
+    "dlq_notifications_held": (
+        "gauge",
+        "Alert notices over their channel's budget, held for the digest sent when the channel's window ends.",
+        ("kind",),
+    ),
     "dlq_queue_messages": ("gauge", "Messages ready in a watched queue (role: work or dlq).", ("queue", "role")),
     "dlq_queue_consumers": ("gauge", "Consumers of a watched queue (role: work or dlq).", ("queue", "role")),
     "dlq_queue_sample_timestamp_seconds": ("gauge", "When the queue's depth was sampled.", ("queue", "role")),
@@ -223,7 +228,15 @@ def _operations(families: Families) -> None:
 
 
 def _alerts(families: Families) -> None:
-    from dlqconsole.alerts.models import OPEN_STATUSES, Alert, Channel, EvaluationState, Severity
+    from dlqconsole.alerts.models import (
+        OPEN_STATUSES,
+        Alert,
+        Channel,
+        EvaluationState,
+        Notification,
+        NotificationStatus,
+        Severity,
+    )
 
     open_counts: dict[tuple[str, str], int] = {
         (severity, status): total
@@ -250,6 +263,16 @@ def _alerts(families: Families) -> None:
     for (kind, outcome), total in sorted(sent.items()):
         families.add("dlq_notifications", total, kind, outcome)
     families.add("dlq_channels_disabled", disabled)
+    held: dict[str, int] = dict.fromkeys(sorted({kind for kind, _ in sent}), 0)
+    for kind, total in (
+        Notification.objects.filter(status=NotificationStatus.HELD)
+        .values_list("channel__kind")
+        .annotate(total=Count("pk"))
+        .order_by()
+    ):
+        held[kind] = total
+    for kind, total in sorted(held.items()):
+        families.add("dlq_notifications_held", total, kind)
 
 
 def _queues(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:

@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
-from dlqconsole.core.env import env_bool, env_float, env_int, env_list, env_str
+from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_str
 
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
 django_stubs_ext.monkeypatch()
@@ -204,7 +204,8 @@ CELERY_BEAT_SCHEDULE |= {
 # Export files written in the background are deleted this long after they were written.
 DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1)
 # Alerts: evaluate the rules every few seconds (a first dead letter alerts within seconds), sample watched queue
-# depths, and re-enqueue due notification retries. A tick that could not start in time is dropped, not piled up.
+# depths, re-enqueue due notification retries and send due digests. A tick that could not start in time is
+# dropped, not piled up.
 DLQ_ALERT_EVALUATION_SECONDS = env_float("DLQ_ALERT_EVALUATION_SECONDS", 2.0, minimum=0.5)
 DLQ_QUEUE_SAMPLE_SECONDS = env_float("DLQ_QUEUE_SAMPLE_SECONDS", 5.0, minimum=1.0)
 DLQ_QUEUE_SAMPLE_RETENTION_HOURS = env_int("DLQ_QUEUE_SAMPLE_RETENTION_HOURS", 48, minimum=1)
@@ -345,4 +346,9 @@ DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.
 DLQ_NOTIFICATION_RETRY_SECONDS = env_float("DLQ_NOTIFICATION_RETRY_SECONDS", 10.0, minimum=0.0)
 DLQ_NOTIFICATION_MAX_ATTEMPTS = env_int("DLQ_NOTIFICATION_MAX_ATTEMPTS", 5, minimum=1)
 DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)
+# A storm of notices becomes a digest: per channel, at most DLQ_NOTIFY_BURST notices go out one by one within
+# DLQ_NOTIFY_WINDOW (opened by the first notice of a quiet channel, which is never delayed); the rest go out
+# together as one digest when the window ends.
+DLQ_NOTIFY_BURST = env_int("DLQ_NOTIFY_BURST", 5, minimum=1)
+DLQ_NOTIFY_WINDOW = env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1)
 DLQ_METRICS_MAX_QUEUES = env_int("DLQ_METRICS_MAX_QUEUES", 50, minimum=1)

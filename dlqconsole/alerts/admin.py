@@ -18,7 +18,14 @@ class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
 class ChannelAdmin(admin.ModelAdmin[Channel]):
     list_display = ["name", "kind", "enabled", "disabled_reason", "sent_count", "failed_count"]
     list_filter = ["kind", "enabled"]
-    readonly_fields = ["sent_count", "failed_count", "failure_streak", "disabled_at"]
+    readonly_fields = [
+        "sent_count",
+        "failed_count",
+        "failure_streak",
+        "disabled_at",
+        "notice_window_ends_at",
+        "notice_window_sent",
+    ]
 
 
 @admin.register(Alert)

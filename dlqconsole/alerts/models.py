@@ -74,6 +74,11 @@ class Channel(models.Model):
     # Lifetime counters for the channel page and /metrics.
     sent_count = models.BigIntegerField(default=0)
     failed_count = models.BigIntegerField(default=0)
+    # The channel's notice budget: a window opens with the first notice of a quiet channel and ends
+    # DLQ_NOTIFY_WINDOW later; the first DLQ_NOTIFY_BURST notices in it go out one by one, the rest are held for
+    # one digest when it ends. Read and written with the row locked (the evaluation tick, the digest sweep).
+    notice_window_ends_at = models.DateTimeField(null=True, blank=True)
+    notice_window_sent = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -248,6 +253,12 @@ class NotificationKind(models.TextChoices):
     REMINDER = "reminder", "Reminder"
     RESOLVED = "resolved", "Resolved"
     TEST = "test", "Test"
+    # Several held notices to one channel, sent together when the channel's notice window ends.
+    DIGEST = "digest", "Digest"
+
+
+# The notice kinds a digest counts, in the order its text names them.
+DIGESTED_KINDS = (NotificationKind.FIRING, NotificationKind.REMINDER, NotificationKind.RESOLVED)
 
 
 class NotificationStatus(models.TextChoices):
@@ -258,6 +269,10 @@ class NotificationStatus(models.TextChoices):
     # The last attempt failed; the next one is due at next_attempt_at.
     RETRYING = "retrying", "Retrying"
     FAILED = "failed", "Failed"
+    # Over the channel's budget: kept, with its context frozen, until the digest at next_attempt_at.
+    HELD = "held", "Held for digest"
+    # Went out inside the digest it points to (whose own status is the outcome).
+    DIGESTED = "digested", "In digest"
 
 
 class Notification(models.Model):
@@ -275,10 +290,13 @@ class Notification(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # The digest a held notice went out in.
+    digest = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="notices")
 
     class Meta:
         indexes = [
-            # The retry sweep: due retries, lost queued tasks and stuck sends.
+            # The retry sweep: due retries, lost queued tasks and stuck sends; the digest sweep: held notices whose
+            # window has ended; the channels page: held notices per channel.
             models.Index(fields=["status", "next_attempt_at"], name="notification_due"),
             # Channel and alert pages: newest first.
             models.Index(fields=["channel", "-id"], name="notification_channel_id"),

@@ -25,6 +25,8 @@ from django.utils import timezone
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.alerts import conditions
 from dlqconsole.alerts.models import (
+    DIGESTED_KINDS,
+    SEVERITY_RANK,
     Alert,
     AlertRule,
     AlertStatus,
@@ -47,6 +49,10 @@ Actor = AbstractBaseUser | AnonymousUser | None
 QUEUED_LEASE = dt.timedelta(seconds=60)
 # A send that started this long ago without an outcome belongs to a worker that died.
 SENDING_STALE_AFTER = dt.timedelta(seconds=120)
+# What a channel switched off fails instead of sending.
+WAITING_STATUSES = (NotificationStatus.QUEUED, NotificationStatus.RETRYING, NotificationStatus.HELD)
+# A digest lists at most this many notices in full and says how many more it holds.
+DIGEST_LIST_LIMIT = 50
 # Growth samples older than the longest window (and at least this) are deleted.
 MIN_GROWTH_RETENTION = dt.timedelta(hours=1)
 # The alert fields the evaluation tick writes (never acknowledged_* or silenced_until: those are people's).
@@ -295,23 +301,56 @@ def notification_context(alert: Alert, *, kind: str) -> dict[str, Any]:
 
 
 def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> int:
-    """Queue the notice to each enabled channel of the rule. Only a notice that went to a channel counts as
-    notified: with none, nobody was told, so the alert's page says so, a later notice is its first ("firing", not
-    "reminder"), no recovery notice follows, and no cooldown holds the next alert back."""
-    channels = [channel for channel in rule.channels.all() if channel.enabled]
+    """Queue the notice to each enabled channel of the rule, or hold it for the channel's digest when the channel
+    has used its budget for the current window. Only a notice that went to a channel counts as notified: with
+    none, nobody was told, so the alert's page says so, a later notice is its first ("firing", not "reminder"), no
+    recovery notice follows, and no cooldown holds the next alert back."""
+    channel_ids = [channel.pk for channel in rule.channels.all() if channel.enabled]
+    if not channel_ids:
+        return 0
+    # Locked (in id order) until the tick commits: the digest sweep skips a channel whose budget is being
+    # spent, so a notice is never held in a window whose digest has already gone.
+    channels = list(Channel.objects.select_for_update().filter(pk__in=channel_ids, enabled=True).order_by("pk"))
     if not channels:
         return 0
     alert.last_notified_at = now
     alert.notified_count += 1
     context = notification_context(alert, kind=kind)
-    rows = Notification.objects.bulk_create(
-        Notification(
-            channel=channel, alert=alert, kind=kind, context=context, created_at=now, next_attempt_at=now + QUEUED_LEASE
+    rows = []
+    for channel in channels:
+        held_until = _spend_budget(channel, now=now)
+        rows.append(
+            Notification(
+                channel=channel,
+                alert=alert,
+                kind=kind,
+                status=NotificationStatus.QUEUED if held_until is None else NotificationStatus.HELD,
+                context=context,
+                created_at=now,
+                next_attempt_at=held_until or now + QUEUED_LEASE,
+            )
         )
-        for channel in channels
+    created = Notification.objects.bulk_create(rows)
+    _enqueue([row.pk for row in created if row.status == NotificationStatus.QUEUED])
+    return len(created)
+
+
+def _spend_budget(channel: Channel, *, now: dt.datetime) -> dt.datetime | None:
+    """Count one notice against the channel's window (the row is locked). None: send it now; else hold it until
+    the returned moment, when the window ends and its digest goes. A quiet channel's first notice opens a window
+    and always goes at once."""
+    ends_at = channel.notice_window_ends_at
+    if ends_at is None or ends_at <= now:
+        channel.notice_window_ends_at = now + dt.timedelta(seconds=settings.DLQ_NOTIFY_WINDOW)
+        channel.notice_window_sent = 1
+    elif channel.notice_window_sent < settings.DLQ_NOTIFY_BURST:
+        channel.notice_window_sent += 1
+    else:
+        return ends_at
+    Channel.objects.filter(pk=channel.pk).update(
+        notice_window_ends_at=channel.notice_window_ends_at, notice_window_sent=channel.notice_window_sent
     )
-    _enqueue([row.pk for row in rows])
-    return len(rows)
+    return None
 
 
 def _enqueue(notification_ids: Iterable[int]) -> None:
@@ -387,12 +426,13 @@ def _record_failure(notification: Notification, *, error: NotifierError, testing
 
 
 def disable_channel(*, channel: Channel, reason: str, now: dt.datetime | None = None) -> None:
-    """Switch a failing channel off; its queued notifications fail with the reason instead of piling up."""
+    """Switch a failing channel off; its queued and held notifications fail with the reason instead of piling
+    up."""
     now = now or timezone.now()
     Channel.objects.filter(pk=channel.pk).update(enabled=False, disabled_reason=reason[:2000], disabled_at=now)
-    Notification.objects.filter(
-        channel=channel, status__in=(NotificationStatus.QUEUED, NotificationStatus.RETRYING)
-    ).exclude(kind=NotificationKind.TEST).update(status=NotificationStatus.FAILED, error=f"Channel disabled: {reason}")
+    Notification.objects.filter(channel=channel, status__in=WAITING_STATUSES).exclude(
+        kind=NotificationKind.TEST
+    ).update(status=NotificationStatus.FAILED, error=f"Channel disabled: {reason}")
     record_audit(actor=None, action="alerts.channel.disable", target=f"channel:{channel.pk}", detail=reason[:500])
     logger.warning("channel %s disabled: %s", channel.pk, reason)
 
@@ -418,6 +458,81 @@ def enqueue_due_notifications(*, now: dt.datetime | None = None) -> int:
             )
             _enqueue(due)
     return len(due)
+
+
+# Digests --------------------------------------------------------------------------------------------------------
+
+
+def send_due_digests(*, now: dt.datetime | None = None) -> int:
+    """Turn the held notices of every channel whose window has ended into one digest each, and enqueue them.
+
+    Safe with several beats or workers at once: a channel is taken with its row locked (skipping one another
+    sweep or the evaluation tick holds), its held notices are read after the lock, and they leave "held" in the
+    same transaction that creates their digest. So a window's notices go out in exactly one digest.
+    Returns the number of digests queued.
+    """
+    now = now or timezone.now()
+    digests: list[int] = []
+    with transaction.atomic():
+        due = Notification.objects.filter(status=NotificationStatus.HELD, next_attempt_at__lte=now)
+        channels = Channel.objects.select_for_update(skip_locked=True).filter(pk__in=due.values("channel_id"))
+        for channel in channels.order_by("pk")[:100]:
+            digest = _digest_channel(channel, now=now)
+            if digest is not None:
+                digests.append(digest.pk)
+        _enqueue(digests)
+    return len(digests)
+
+
+def _digest_channel(channel: Channel, *, now: dt.datetime) -> Notification | None:
+    held = list(
+        Notification.objects.filter(channel=channel, status=NotificationStatus.HELD, next_attempt_at__lte=now).order_by(
+            "id"
+        )
+    )
+    if channel.notice_window_ends_at is not None and channel.notice_window_ends_at <= now:
+        # The window is over: the channel is quiet again until its next notice.
+        Channel.objects.filter(pk=channel.pk).update(notice_window_ends_at=None, notice_window_sent=0)
+    if not held:
+        # Another sweep sent them between our look and our lock.
+        return None
+    if not channel.enabled:
+        Notification.objects.filter(pk__in=[notice.pk for notice in held]).update(
+            status=NotificationStatus.FAILED, error=f"Channel disabled: {channel.disabled_reason}"[:2000]
+        )
+        return None
+    digest = Notification.objects.create(
+        channel=channel,
+        kind=NotificationKind.DIGEST,
+        context=digest_context([notice.context for notice in held]),
+        created_at=now,
+        next_attempt_at=now + QUEUED_LEASE,
+    )
+    Notification.objects.filter(pk__in=[notice.pk for notice in held]).update(
+        status=NotificationStatus.DIGESTED, digest=digest, next_attempt_at=None
+    )
+    return digest
+
+
+def digest_context(notices: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a digest carries (also the webhook's JSON body): how many notices of each kind, each notice's own
+    context (the first DIGEST_LIST_LIMIT of them, oldest first), how many more, and a link to the alerts page."""
+    counts = Counter(str(notice.get("event", "")) for notice in notices)
+    return {
+        "event": NotificationKind.DIGEST.value,
+        "count": len(notices),
+        "counts": {kind.value: counts[kind.value] for kind in DIGESTED_KINDS if counts[kind.value]},
+        "notices": notices[:DIGEST_LIST_LIMIT],
+        "more": max(0, len(notices) - DIGEST_LIST_LIMIT),
+        "burst": settings.DLQ_NOTIFY_BURST,
+        "window_seconds": settings.DLQ_NOTIFY_WINDOW,
+        "severity": max(
+            (str(notice.get("severity", "")) for notice in notices),
+            key=lambda severity: SEVERITY_RANK.get(severity, -1),  # type: ignore[call-overload]
+            default="info",
+        ),
+        "url": console_url(reverse("alerts:list")),
+    }
 
 
 # Changes made by people ----------------------------------------------------------------------------------------

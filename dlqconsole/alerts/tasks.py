@@ -1,4 +1,4 @@
-"""Celery tasks of the alerts app: thin wrappers that load nothing themselves and call one service each."""
+"""Celery tasks of the alerts app: thin wrappers that load nothing themselves and call services."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ def send_notification(notification_id: int) -> None:
 
 @app.task(name="alerts.retry_notifications", ignore_result=True)
 def retry_notifications() -> None:
+    """The notification sweep beat runs every few seconds: due retries and lost sends, then due digests."""
     services.enqueue_due_notifications()
+    services.send_due_digests()
 
 
 @app.task(name="alerts.sample_queues", ignore_result=True)

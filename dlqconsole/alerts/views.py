@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -31,11 +33,12 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     Severity,
 )
+from dlqconsole.core.durations import format_duration
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
-FINAL_NOTIFICATION_STATUSES = (NotificationStatus.SENT, NotificationStatus.FAILED)
+FINAL_NOTIFICATION_STATUSES = (NotificationStatus.SENT, NotificationStatus.FAILED, NotificationStatus.DIGESTED)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -130,12 +133,19 @@ def alert_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     alert = get_object_or_404(Alert.objects.select_related("rule", "acknowledged_by"), pk=pk)
     context = {
         "alert": alert,
-        "notifications": alert.notifications.select_related("channel").order_by("-id")[:100],
+        "notifications": _alert_notifications(alert),
         "silence_form": SilenceForm(),
         "can_operate": has_role(request.user, OPERATOR),
         "now": timezone.now(),
     }
     return render(request, _fragment(request, "alerts/detail.html", "summary"), context)
+
+
+def _alert_notifications(alert: Alert) -> list[Notification]:
+    """The alert's notifications, newest first; a notice that went out in a digest carries the digest (its
+    outcome is the digest's)."""
+    notices = alert.notifications.select_related("channel", "digest", "digest__channel").order_by("-id")
+    return list(notices[:100])
 
 
 def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
@@ -146,7 +156,7 @@ def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
             "silence_form": SilenceForm(),
             "can_operate": True,
             "now": timezone.now(),
-            "notifications": alert.notifications.select_related("channel").order_by("-id")[:100],
+            "notifications": _alert_notifications(alert),
             "list_url": _safe_next(request) or reverse("alerts:list"),
         }
         if request.POST.get("fragment") == "row":
@@ -318,8 +328,23 @@ def rule_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def channel_list(request: HtmxHttpRequest) -> HttpResponse:
     require_role(request.user, ADMIN)
-    channels = Channel.objects.prefetch_related("rules")
-    return render(request, "alerts/channels.html", {"channels": channels})
+    channels = list(Channel.objects.prefetch_related("rules"))
+    held = _held_by_channel()
+    for channel in channels:
+        channel.held = held.get(channel.pk)  # type: ignore[attr-defined]
+    budget = {"burst": settings.DLQ_NOTIFY_BURST, "window": format_duration(settings.DLQ_NOTIFY_WINDOW)}
+    return render(request, "alerts/channels.html", {"channels": channels, **budget})
+
+
+def _held_by_channel(channel: Channel | None = None) -> dict[int, Any]:
+    """Notices held for a digest, per channel: how many, and when the first digest goes."""
+    held = Notification.objects.filter(status=NotificationStatus.HELD)
+    if channel is not None:
+        held = held.filter(channel=channel)
+    return {
+        row["channel_id"]: row
+        for row in held.values("channel_id").annotate(count=Count("pk"), until=Min("next_attempt_at")).order_by()
+    }
 
 
 @require_GET
@@ -331,6 +356,7 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "channel": channel,
         "notifications": channel.notifications.select_related("alert", "channel").order_by("-id")[:50],
         "rules": channel.rules.order_by("name"),
+        "held": _held_by_channel(channel).get(channel.pk),
     }
     return render(request, _fragment(request, "alerts/channel.html", "notifications"), context)
 

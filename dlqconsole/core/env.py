@@ -10,6 +10,8 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
+from dlqconsole.core.durations import parse_duration
+
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}
 
@@ -53,6 +55,19 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def env_duration(name: str, default: str, *, minimum: int | None = None) -> int:
+    """Seconds in a duration written as people write them (`90s`, `5m`, `1h30m`; a bare number is seconds)."""
+    raw = os.environ.get(name)
+    text = default if raw is None or raw.strip() == "" else raw
+    try:
+        value = parse_duration(text)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name}: {error}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum} s, not {value} s")
     return value
 
 

@@ -23,6 +23,33 @@ def slack_escape(value: object) -> str:
 
 
 @register.filter
+def one_line(value: object) -> str:
+    """Text on one line: a notice in a digest is one line, whatever its summary holds."""
+    return " ".join(str(value).split())
+
+
+# How a digest names its counts: "9 firing, 2 reminders, 3 resolved".
+COUNT_WORDS = (
+    ("firing", "firing", "firing"),
+    ("reminder", "reminder", "reminders"),
+    ("resolved", "resolved", "resolved"),
+)
+
+
+@register.filter
+def notice_counts(counts: object) -> str:
+    """A digest's counts by kind in words, in a fixed order (a JSON object's keys may come back in any order)."""
+    if not isinstance(counts, dict):
+        return ""
+    parts = []
+    for kind, one, many in COUNT_WORDS:
+        number = counts.get(kind) or 0
+        if number:
+            parts.append(f"{number} {one if number == 1 else many}")
+    return ", ".join(parts)
+
+
+@register.filter
 def as_datetime(value: object) -> dt.datetime | None:
     """An ISO timestamp from a notification's frozen context back into a datetime for |date."""
     if isinstance(value, dt.datetime):

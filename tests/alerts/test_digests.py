@@ -1,0 +1,525 @@
+"""Notification storms become digests: per channel, DLQ_NOTIFY_BURST notices go out one by one within
+DLQ_NOTIFY_WINDOW and the rest go out together as one digest when the window ends. Outbound HTTP is mocked with
+`responses`; everything else (PostgreSQL, the services, the pages) is real."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import responses
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+from django.db.models import Count
+from django.test import override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from dlqconsole.alerts.models import (
+    Alert,
+    AlertRule,
+    Channel,
+    Notification,
+    NotificationKind,
+    NotificationStatus,
+)
+from dlqconsole.alerts.services import (
+    deliver_notification,
+    digest_context,
+    disable_channel,
+    enqueue_due_notifications,
+    evaluate_rules,
+    send_due_digests,
+    send_test_notification,
+)
+from dlqconsole.alerts.tasks import retry_notifications
+from dlqconsole.core.env import env_duration
+from tests.alerts.conftest import ingest, rule, settle
+from tests.conftest import client_for
+
+pytestmark = [pytest.mark.django_db]
+
+HOOK = "https://hooks.example.com/ops"
+OTHER_HOOK = "https://hooks.example.com/other"
+WINDOW = dt.timedelta(minutes=5)
+# A letter per new failure pattern: distinct error types never group together.
+NAMES = [f"{first}{second}" for first in "ABCDEFGHIJ" for second in "KLMNOPQRST"]
+
+
+def storm(count: int, *, start: int = 0) -> None:
+    """`count` brand-new failure patterns, one dead letter each, in orders.dlq."""
+    for index in range(start, start + count):
+        ingest(1, error_type=f"Storm{NAMES[index]}Error", message=f"Storm {NAMES[index]} <failed> & gave up")
+
+
+def posted(mock: responses.RequestsMock, url: str = HOOK) -> list[dict[str, Any]]:
+    return [json.loads(call.request.body or b"{}") for call in mock.calls if call.request.url == url]
+
+
+def deliver_queued() -> None:
+    for pk in Notification.objects.filter(status=NotificationStatus.QUEUED).order_by("pk").values_list("pk", flat=True):
+        deliver_notification(notification_id=pk)
+
+
+@pytest.fixture
+def http() -> Iterator[responses.RequestsMock]:
+    """Outbound HTTP, mocked: both hooks answer 200 unless a test says otherwise."""
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add(responses.POST, HOOK, status=200)
+        mock.add(responses.POST, OTHER_HOOK, status=200)
+        yield mock
+
+
+@pytest.fixture
+def hook(db: None, http: responses.RequestsMock) -> Channel:
+    return Channel.objects.create(name="ops hook", kind="webhook", target=HOOK)
+
+
+@pytest.fixture
+def new_pattern_rule(hook: Channel) -> AlertRule:
+    return rule("new_pattern", channels=[hook], window_seconds=3600)
+
+
+# The budget -----------------------------------------------------------------------------------------------------
+
+
+@override_settings(DLQ_NOTIFY_BURST=5, DLQ_NOTIFY_WINDOW=300)
+def test_a_burst_of_twenty_gives_five_sends_then_one_digest_of_fifteen(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(20)
+    now = timezone.now()
+
+    evaluate_rules(now=now)
+    deliver_queued()
+
+    assert Alert.objects.filter(status="firing").count() == 20
+    singles = posted(http)
+    assert len(singles) == 5 and {body["event"] for body in singles} == {"firing"}
+    held = Notification.objects.filter(channel=hook, status=NotificationStatus.HELD)
+    assert held.count() == 15
+    assert set(held.values_list("next_attempt_at", flat=True)) == {now + WINDOW}
+    # Nothing goes before the window ends.
+    assert send_due_digests(now=now + WINDOW - dt.timedelta(seconds=1)) == 0
+
+    assert send_due_digests(now=now + WINDOW) == 1
+    deliver_queued()
+
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    assert digest.status == NotificationStatus.SENT and digest.alert is None
+    bodies = posted(http)
+    assert len(bodies) == 6
+    body = bodies[-1]
+    assert body["event"] == "digest" and body["count"] == 15 and body["more"] == 0
+    assert body["counts"] == {"firing": 15}
+    assert body["url"].endswith(reverse("alerts:list"))
+    sent_alerts = {single["alert_id"] for single in singles}
+    digested_alerts = {notice["alert_id"] for notice in body["notices"]}
+    assert len(digested_alerts) == 15 and not sent_alerts & digested_alerts
+    assert sent_alerts | digested_alerts == set(Alert.objects.values_list("pk", flat=True))
+    notice = body["notices"][0]
+    assert {"rule", "severity", "label", "summary", "url", "event"} <= set(notice)
+    assert notice["rule"] == new_pattern_rule.name and notice["event"] == "firing"
+    assert body["text"].startswith("15 alert notices: 15 firing")
+    assert len(body["text"].splitlines()) == 1 + 15 + 1
+    assert set(Notification.objects.filter(digest=digest).values_list("status", flat=True)) == {"digested"}
+    assert Notification.objects.filter(digest=digest).count() == 15
+    hook.refresh_from_db()
+    assert hook.sent_count == 6
+    # The window is over: the channel is quiet again, so its next notice goes at once.
+    assert (hook.notice_window_ends_at, hook.notice_window_sent) == (None, 0)
+    assert send_due_digests(now=now + 2 * WINDOW) == 0
+
+
+@override_settings(DLQ_NOTIFY_BURST=5, DLQ_NOTIFY_WINDOW=300)
+def test_a_second_channel_has_a_budget_of_its_own(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(5)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    other = Channel.objects.create(name="other hook", kind="webhook", target=OTHER_HOOK)
+    new_pattern_rule.channels.add(other)
+
+    storm(3, start=5)
+    evaluate_rules(now=now + dt.timedelta(seconds=10))
+    deliver_queued()
+
+    statuses = dict(Notification.objects.filter(channel=hook).values_list("status").annotate(n=Count("pk")).order_by())
+    assert statuses == {"sent": 5, "held": 3}
+    assert [body["event"] for body in posted(http, OTHER_HOOK)] == ["firing"] * 3
+    assert not Notification.objects.filter(channel=other, status=NotificationStatus.HELD).exists()
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_the_first_notice_of_a_quiet_channel_is_never_held(
+    hook: Channel, new_pattern_rule: AlertRule, django_capture_on_commit_callbacks: Any
+) -> None:
+    now = timezone.now()
+    # The channel spoke long ago; that window ended.
+    Channel.objects.filter(pk=hook.pk).update(notice_window_ends_at=now - dt.timedelta(seconds=1), notice_window_sent=1)
+    storm(1)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        evaluate_rules(now=now)
+
+    notification = Notification.objects.get(channel=hook)
+    assert notification.status == NotificationStatus.QUEUED and len(callbacks) == 1
+    hook.refresh_from_db()
+    assert (hook.notice_window_ends_at, hook.notice_window_sent) == (now + WINDOW, 1)
+    # With a budget of one, the next notice in the same window waits for the digest.
+    storm(1, start=1)
+    evaluate_rules(now=now + dt.timedelta(seconds=5))
+    assert Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).count() == 1
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_reminders_and_recoveries_count_against_the_budget(hook: Channel) -> None:
+    rule("dlq_not_empty", channels=[hook])
+    letters = ingest(1)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    settle(letters)
+    evaluate_rules(now=now + dt.timedelta(seconds=5))
+
+    resolved = Notification.objects.get(channel=hook, kind=NotificationKind.RESOLVED)
+    assert resolved.status == NotificationStatus.HELD
+    send_due_digests(now=now + WINDOW)
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    assert digest.context["counts"] == {"resolved": 1}
+    assert digest.context["notices"][0]["event"] == "resolved"
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_test_sends_are_never_held_or_counted(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(1)
+    evaluate_rules()
+    hook.refresh_from_db()
+    spent = (hook.notice_window_ends_at, hook.notice_window_sent)
+
+    test = send_test_notification(channel=hook, actor=None)
+
+    assert test.status == NotificationStatus.QUEUED
+    hook.refresh_from_db()
+    assert (hook.notice_window_ends_at, hook.notice_window_sent) == spent
+    # And on a quiet channel a test send opens no window.
+    quiet = Channel.objects.create(name="quiet", kind="webhook", target=OTHER_HOOK)
+    send_test_notification(channel=quiet, actor=None)
+    quiet.refresh_from_db()
+    assert (quiet.notice_window_ends_at, quiet.notice_window_sent) == (None, 0)
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_held_notices_of_a_disabled_channel_fail(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(3)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    assert Notification.objects.filter(status=NotificationStatus.HELD).count() == 2
+
+    disable_channel(channel=hook, reason="receiver gone")
+
+    held = Notification.objects.filter(channel=hook).exclude(status=NotificationStatus.FAILED)
+    assert not held.exists()
+    assert Notification.objects.filter(error="Channel disabled: receiver gone").count() == 3
+    assert send_due_digests(now=now + WINDOW) == 0
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_held_notices_of_a_channel_switched_off_meanwhile_fail_at_the_digest(
+    hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(2)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    Channel.objects.filter(pk=hook.pk).update(enabled=False, disabled_reason="switched off")
+
+    assert send_due_digests(now=now + WINDOW) == 0
+
+    (held,) = Notification.objects.filter(channel=hook, kind=NotificationKind.FIRING, alert__isnull=False).exclude(
+        status=NotificationStatus.QUEUED
+    )
+    assert (held.status, held.error) == (NotificationStatus.FAILED, "Channel disabled: switched off")
+    assert not Notification.objects.filter(kind=NotificationKind.DIGEST).exists()
+
+
+# Delivery -------------------------------------------------------------------------------------------------------
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300, DLQ_NOTIFICATION_RETRY_SECONDS=10)
+def test_a_failing_receiver_retries_the_digest(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(3)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    deliver_queued()
+    http.replace(responses.POST, HOOK, status=503)
+    send_due_digests(now=now + WINDOW)
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+
+    deliver_notification(notification_id=digest.pk, now=now + WINDOW)
+
+    digest.refresh_from_db()
+    assert (digest.status, digest.attempts) == (NotificationStatus.RETRYING, 1)
+    assert digest.error.startswith("HTTP 503")
+    assert digest.next_attempt_at == now + WINDOW + dt.timedelta(seconds=10)
+    http.replace(responses.POST, HOOK, status=200)
+    assert enqueue_due_notifications(now=now + WINDOW + dt.timedelta(seconds=10)) == 1
+
+    deliver_notification(notification_id=digest.pk)
+
+    digest.refresh_from_db()
+    assert (digest.status, digest.attempts, digest.error) == (NotificationStatus.SENT, 2, "")
+    bodies = [json.loads(call.request.body or b"{}") for call in http.calls]
+    assert [body["event"] for body in bodies] == ["firing", "digest", "digest"]
+    assert bodies[-1]["count"] == 2
+    assert set(Notification.objects.filter(digest=digest).values_list("status", flat=True)) == {"digested"}
+    hook.refresh_from_db()
+    assert (hook.sent_count, hook.failure_streak) == (2, 0)
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_a_digest_that_fails_for_good_disables_the_channel(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    http.replace(responses.POST, HOOK, status=410)
+    storm(2)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    Notification.objects.filter(status=NotificationStatus.QUEUED).update(status=NotificationStatus.SENT)
+    send_due_digests(now=now + WINDOW)
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+
+    deliver_notification(notification_id=digest.pk)
+
+    digest.refresh_from_db()
+    hook.refresh_from_db()
+    assert digest.status == NotificationStatus.FAILED
+    assert not hook.enabled and hook.disabled_reason.startswith("Permanent error: HTTP 410")
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=1)
+def test_the_notification_sweep_beat_runs_sends_due_digests(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(3)
+    evaluate_rules(now=timezone.now() - dt.timedelta(seconds=5))
+
+    retry_notifications()
+
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    assert (digest.status, digest.context["count"]) == (NotificationStatus.QUEUED, 2)
+
+
+# Two sweeps at once ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL")
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_a_sweep_skips_a_channel_another_sweep_holds(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(4)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    outcome: list[int] = []
+
+    with transaction.atomic():
+        # Another sweep (or the evaluation tick) has the channel.
+        Channel.objects.select_for_update().get(pk=hook.pk)
+        thread = threading.Thread(target=sweep_in_thread, args=(now + WINDOW, outcome))
+        thread.start()
+        thread.join(timeout=30)
+
+    assert outcome == [0]
+    assert send_due_digests(now=now + WINDOW) == 1
+    assert send_due_digests(now=now + WINDOW) == 0
+    assert Notification.objects.filter(kind=NotificationKind.DIGEST).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL")
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_two_concurrent_sweeps_create_one_digest(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(12)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    held = set(Notification.objects.filter(status=NotificationStatus.HELD).values_list("pk", flat=True))
+    assert len(held) == 11
+    outcome: list[int] = []
+    start = threading.Barrier(2)
+
+    def sweep() -> None:
+        start.wait()
+        sweep_in_thread(now + WINDOW, outcome)
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(outcome) == [0, 1]
+    (digest,) = Notification.objects.filter(kind=NotificationKind.DIGEST)
+    assert digest.context["count"] == 11
+    assert {notice["alert_id"] for notice in digest.context["notices"]} == set(
+        Notification.objects.filter(pk__in=held).values_list("alert_id", flat=True)
+    )
+    assert set(Notification.objects.filter(digest=digest).values_list("pk", flat=True)) == held
+    assert not Notification.objects.filter(status=NotificationStatus.HELD).exists()
+
+
+def sweep_in_thread(now: dt.datetime, outcome: list[int]) -> None:
+    try:
+        outcome.append(send_due_digests(now=now))
+    finally:
+        connection.close()
+
+
+# Rendering ------------------------------------------------------------------------------------------------------
+
+
+def notice(
+    event: str, index: int, *, summary: str = "New failure pattern", severity: str = "warning"
+) -> dict[str, Any]:
+    return {
+        "event": event,
+        "alert_id": index,
+        "rule": "New patterns",
+        "severity": severity,
+        "label": f"orders.dlq · Pattern {index}",
+        "summary": summary,
+        "url": f"http://localhost:8000/alerts/{index}/",
+    }
+
+
+def digest_of(channel: Channel, notices: list[dict[str, Any]]) -> Notification:
+    return Notification.objects.create(
+        channel=channel,
+        kind=NotificationKind.DIGEST,
+        context=digest_context(notices),
+        next_attempt_at=timezone.now(),
+    )
+
+
+@pytest.mark.sqlite
+def test_email_digest_has_a_counting_subject_and_a_line_per_notice(mailoutbox: Any) -> None:
+    email = Channel.objects.create(name="mail", kind="email", target="oncall@example.com")
+    notices = [notice("firing", index, summary=f"Pattern <{index}>\nsecond line") for index in range(9)]
+    notices += [notice("resolved", index) for index in range(9, 12)]
+    digest = digest_of(email, notices)
+
+    deliver_notification(notification_id=digest.pk)
+
+    (message,) = mailoutbox
+    assert message.subject == "[dlqconsole] 12 alert notices: 9 firing, 3 resolved"
+    lines = message.body.splitlines()
+    firing = [line for line in lines if line.startswith("FIRING [warning] New patterns")]
+    assert len(firing) == 9
+    # Plain text: nothing HTML-escaped, every notice on one line with its link.
+    assert "FIRING [warning] New patterns (orders.dlq · Pattern 3): Pattern <3> second line" in firing[3]
+    assert firing[3].endswith("http://localhost:8000/alerts/3/")
+    assert len([line for line in lines if line.startswith("RESOLVED ")]) == 3
+    assert "All alerts: http://localhost:8000/alerts/" in message.body
+    assert Notification.objects.get(pk=digest.pk).status == NotificationStatus.SENT
+
+
+@pytest.mark.sqlite
+def test_slack_digest_is_escaped_with_a_line_per_notice_and_a_cap(http: responses.RequestsMock) -> None:
+    slack = Channel.objects.create(name="slack", kind="slack", target=HOOK)
+    notices = [notice("firing", index, summary="<!channel> & <b>boom</b>") for index in range(55)]
+    notices.append(notice("reminder", 55, severity="critical"))
+    digest = digest_of(slack, notices)
+
+    deliver_notification(notification_id=digest.pk)
+
+    (body,) = posted(http)
+    text = body["text"]
+    lines = text.splitlines()
+    assert lines[0] == ":bell: *56 alert notices*: 55 firing, 1 reminder"
+    bullets = [line for line in lines if line.startswith("• ")]
+    assert len(bullets) == 50
+    assert "&lt;!channel&gt; &amp; &lt;b&gt;boom&lt;/b&gt;" in bullets[0]
+    assert "<!channel>" not in text and "<b>" not in text
+    assert "<http://localhost:8000/alerts/0/|New patterns>" in bullets[0]
+    assert "… and 6 more" in text
+    assert lines[-1] == "<http://localhost:8000/alerts/|All alerts>"
+    assert set(body) == {"text"}
+
+
+@pytest.mark.sqlite
+def test_digest_context_counts_every_notice_and_lists_the_first_fifty() -> None:
+    notices = [notice("firing", index) for index in range(40)]
+    notices += [notice("reminder", index, severity="critical") for index in range(40, 52)]
+    notices += [notice("resolved", index) for index in range(52, 60)]
+
+    context = digest_context(notices)
+
+    assert context["count"] == 60 and context["more"] == 10
+    assert context["counts"] == {"firing": 40, "reminder": 12, "resolved": 8}
+    assert [item["alert_id"] for item in context["notices"]] == list(range(50))
+    assert context["severity"] == "critical"
+
+
+# Pages and metrics ----------------------------------------------------------------------------------------------
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_pages_show_held_notices_and_the_digest_they_went_in(
+    hook: Channel, new_pattern_rule: AlertRule, admin_user: User
+) -> None:
+    storm(3)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    client = client_for(admin_user)
+    held_alert = Notification.objects.filter(status=NotificationStatus.HELD).order_by("pk").first()
+    assert held_alert is not None and held_alert.alert is not None
+
+    channels = client.get(reverse("alerts:channels")).content.decode()
+    channel_page = client.get(reverse("alerts:channel", args=[hook.pk])).content.decode()
+    alert_page = client.get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
+
+    assert "2 held</span> for a digest" in channels
+    assert "2 notices</span> over the channel" in channel_page
+    assert "Held for digest" in alert_page and "goes in one digest at" in alert_page
+
+    send_due_digests(now=now + WINDOW)
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    channels = client.get(reverse("alerts:channels")).content.decode()
+    fragment = client.get(reverse("alerts:channel", args=[hook.pk]), headers={"HX-Request": "true"}).content.decode()
+    alert_page = client.get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
+
+    assert "held</span> for a digest" not in channels
+    assert f"#{digest.pk}: 2 notices" in fragment
+    assert f'<span class="chip st-queued">Queued</span> in digest #{digest.pk}' in alert_page
+    Notification.objects.filter(pk=digest.pk).update(status=NotificationStatus.SENT)
+    alert_page = client.get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
+    assert f'<span class="chip st-sent">Sent</span> in digest #{digest.pk}' in alert_page
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_metrics_count_held_notices_per_channel_kind(hook: Channel, new_pattern_rule: AlertRule, client: Any) -> None:
+    Channel.objects.create(name="mail", kind="email", target="oncall@example.com")
+    storm(4)
+    evaluate_rules()
+
+    text = client.get("/metrics").content.decode()
+
+    assert 'dlq_notifications_held{kind="webhook"} 3.0' in text
+    assert 'dlq_notifications_held{kind="email"} 0.0' in text
+
+
+@pytest.mark.sqlite
+def test_the_window_setting_reads_durations(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLQ_NOTIFY_WINDOW", "1h30m")
+    assert env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1) == 5400
+    monkeypatch.setenv("DLQ_NOTIFY_WINDOW", "")
+    assert env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1) == 300
+    monkeypatch.setenv("DLQ_NOTIFY_WINDOW", "soon")
+    with pytest.raises(ImproperlyConfigured, match="DLQ_NOTIFY_WINDOW"):
+        env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1)
+    monkeypatch.setenv("DLQ_NOTIFY_WINDOW", "0s")
+    with pytest.raises(ImproperlyConfigured, match="at least 1"):
+        env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1)
