@@ -62,6 +62,34 @@ class Outcome:
         return self.status == CONFIRMED
 
 
+# Frames held back while a pump publishes, at most: about a hundred small messages' frames go out in one write.
+HELD_FRAMES = 300
+
+
+class _CoalescingConnection(pika.SelectConnection):
+    """A SelectConnection that, while `holding`, joins the frames it is asked to send and hands them to the socket in
+    one write. pika writes each frame on its own (three per message: method, header, body), and a send(2) per frame
+    cost the publisher thread more than encoding the messages."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.holding = False
+        self._held: list[bytes] = []
+        super().__init__(*args, **kwargs)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if not self.holding:
+            super()._adapter_emit_data(data)
+            return
+        self._held.append(data)
+        if len(self._held) >= HELD_FRAMES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = b"".join(self._held), []
+            super()._adapter_emit_data(data)
+
+
 class ConfirmedPublisher:
     """Publish batches with windowed confirms. Not thread-safe: one publisher per thread."""
 
@@ -77,7 +105,7 @@ class ConfirmedPublisher:
         self._key_header = key_header
         self._window = max(1, window)
         self._confirm_timeout = confirm_timeout
-        self._connection: pika.SelectConnection | None = None
+        self._connection: _CoalescingConnection | None = None
         self._channel: Any = None
         self._ready = False
         self._closed_reason = ""
@@ -108,7 +136,7 @@ class ConfirmedPublisher:
         if self._ready:
             return
         self._closed_reason = ""
-        self._connection = pika.SelectConnection(
+        self._connection = _CoalescingConnection(
             self._parameters,
             on_open_callback=self._on_connection_open,
             on_open_error_callback=self._on_open_error,
@@ -241,8 +269,22 @@ class ConfirmedPublisher:
 
     def _pump(self) -> None:
         self._pump_timer = None
-        if not self._ready or self._connection is None:
+        connection = self._connection
+        if not self._ready or connection is None:
             return
+        connection.holding = True
+        try:
+            self._send_window()
+        finally:
+            connection.holding = False
+            # After a lost connection the held frames go nowhere: their messages are reported unconfirmed.
+            if connection.is_open:
+                connection.flush()
+        self._maybe_finish()
+
+    def _send_window(self) -> None:
+        """Send queued messages while the window has room and the rate allows (frames held, written together)."""
+        assert self._connection is not None
         while self._queue and not self._halted and len(self._outstanding) < self._window:
             message = self._queue[0]
             if self._delay_for is not None:
@@ -270,7 +312,6 @@ class ConfirmedPublisher:
                 return
             self._next_tag += 1
             self._outstanding[self._next_tag] = (message, published_at)
-        self._maybe_finish()
 
     def _on_return(
         self, channel: Any, method: spec.Basic.Return, properties: spec.BasicProperties, body: bytes

@@ -77,3 +77,32 @@ def test_halting_from_the_tick_stops_sending_and_keeps_the_rest(channel, queue_n
     assert len(outcomes) == 20
     assert {outcome.status for outcome in outcomes} == {NOT_SENT}
     assert wait_for_depth(channel, queue, 1, timeout=0.3) == 0
+
+
+def test_a_batch_goes_to_the_socket_in_few_writes_and_arrives_intact(channel, queue_name):
+    queue = queue_name("out")
+    channel.queue_declare(queue=queue)
+    batch = messages(queue, 400)
+    with ConfirmedPublisher(connection_parameters(), key_header="key", window=1000) as publisher:
+        connection = publisher._connection
+        assert connection is not None
+        transport = connection._transport  # type: ignore[attr-defined]
+        writes: list[int] = []
+        write = transport.write
+
+        def counting_write(data: bytes) -> None:
+            writes.append(len(data))
+            write(data)
+
+        transport.write = counting_write
+        outcomes = publisher.publish(batch)
+
+    assert [outcome.status for outcome in outcomes] == [CONFIRMED] * 400
+    # Three frames a message (method, header, body), joined a hundred messages at a time, not one write each.
+    assert len(writes) <= 10, writes
+    received = []
+    for _ in range(400):
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        assert method is not None
+        received.append((body, properties.headers))
+    assert received == [(f"m{n}".encode(), {"key": n}) for n in range(400)]
