@@ -8,8 +8,8 @@ The world lives in its own database (BENCH_DATABASE_URL, default postgres://post
 migrated like the real one. Dead letters are written with one INSERT ... SELECT over generate_series: 95% spread
 over 30 days, 5% in the last day (half of them in the last hour: an incident in progress), ids rising with
 arrival time as ingest makes them; patterns skewed so a few hold most letters; statuses parked (most), replayed,
-archived, scheduled, failed. Counters (DeadLetterCount, FailurePattern totals and first/last seen) are filled from
-the rows with one GROUP BY, so they are exact.
+archived, scheduled, failed. Counters (DeadLetterCount, FailurePattern totals and first/last seen, ArrivalCount for
+the days it keeps) are filled from the rows with one GROUP BY each, so they are exact.
 
 Each page is requested through Django's test Client in this process (middleware, session, templates: the server's
 whole work, without a socket), logged in as an admin (so every control renders). Reported: median and p95 over the
@@ -68,8 +68,9 @@ def ensure_database(url: str) -> None:
 def build_world(rows: int, *, rebuild: bool) -> None:
     from django.core.management import call_command
     from django.db import connection
+    from django.utils import timezone
 
-    from dlqconsole.deadletters.models import DeadLetter, FailurePattern
+    from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, DeadLetter, FailurePattern
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
@@ -200,6 +201,14 @@ def build_world(rows: int, *, rebuild: bool) -> None:
             "INSERT INTO deadletters_deadlettercount (source_queue, pattern_id, failure_reason, status, count) "
             "SELECT source_queue, pattern_id, failure_reason, status, count(*) FROM deadletters_deadletter "
             "GROUP BY 1, 2, 3, 4"
+        )
+        # Arrival counts as ingest would have kept them (the dashboard's charts read them), for the days they are
+        # kept.
+        cursor.execute(
+            "INSERT INTO deadletters_arrivalcount (minute, source_queue, count) "
+            "SELECT date_trunc('minute', ingested_at), source_queue, count(*) FROM deadletters_deadletter "
+            "WHERE ingested_at >= %s GROUP BY 1, 2",
+            [timezone.now() - ARRIVAL_COUNT_RETENTION],
         )
         cursor.execute(
             "UPDATE deadletters_failurepattern p SET total_count = s.n, first_seen_at = s.first, last_seen_at = s.last "

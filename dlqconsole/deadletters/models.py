@@ -258,6 +258,34 @@ class DeadLetterCount(models.Model):
         return f"{self.source_queue} {self.status} {self.failure_reason}: {self.count}"
 
 
+# Arrival counts are kept this long: the longest chart window (24 hours) with a margin, so a chart never reads a
+# pruned minute. Older ones are deleted by the app's hourly retention task.
+ARRIVAL_COUNT_RETENTION = dt.timedelta(days=3)
+
+
+class ArrivalCount(models.Model):
+    """How many dead letters arrived in each minute, per source queue.
+
+    Arrivals are events: ingest adds each batch's newly stored dead letters here in the batch's transaction, and
+    nothing ever lowers a count. The dashboard's arrival charts read these rows, so purging dead letters, archive
+    retention or replays do not make past arrivals vanish from them (counting stored rows would).
+    """
+
+    # The start of the minute (UTC) in which ingest stored the dead letters.
+    minute = models.DateTimeField()
+    source_queue = models.CharField(max_length=255)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # Ingest's upsert, and the charts' and pruning's range reads on the minute.
+            models.UniqueConstraint(fields=["minute", "source_queue"], name="arrival_count_minute_queue")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_queue} {self.minute:%Y-%m-%d %H:%M}: {self.count}"
+
+
 class PatternEvent(models.Model):
     """History of a pattern: triage status changes, merges, splits, reopenings."""
 

@@ -1,13 +1,15 @@
 """Reads for the pages that span apps: the dashboard, the patterns table, backpressure, alerts, operations.
 
-Counts come from the counters (DeadLetterCount, FailurePattern.total_count), never from COUNT(*) over the dead
-letters. The only scans of dead letters here are bounded in time (the arrivals of the last hour or day, through
-the (status, ingested_at) index) or are single-row index probes (oldest and newest parked per queue).
+Counts come from the counters (DeadLetterCount, FailurePattern.total_count, ArrivalCount), never from COUNT(*)
+over the dead letters. The only scans of dead letters here are bounded in time (the per-pattern sparklines of the
+last day, through the (status, ingested_at) and (pattern, status, id) indexes) or are single-row index probes
+(oldest and newest parked per queue).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from django.utils import timezone
 
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import (
+    ArrivalCount,
     DeadLetter,
     DeadLetterCount,
     DeadLetterStatus,
@@ -235,45 +238,29 @@ def _as_value(value: Any, field: Any) -> Any:
 
 def bucket_bounds(starts: list[dt.datetime]) -> list[tuple[int, int]]:
     """(first id, first id of the next bucket) for each bucket; the last one is open to the newest arrival."""
-    return bounds_from(starts, first_ids_by_moment(starts))
-
-
-def first_ids_by_moment(moments: list[dt.datetime]) -> dict[dt.datetime, int]:
-    """first_ids for any set of moments (several charts' buckets at once), by moment."""
-    ordered = sorted(set(moments))
-    return dict(zip(ordered, first_ids(ordered), strict=True))
-
-
-def bounds_from(starts: list[dt.datetime], firsts: dict[dt.datetime, int]) -> list[tuple[int, int]]:
-    ids = [firsts[start] for start in starts]
+    ids = first_ids(starts)
     return [(ids[index], ids[index + 1] if index + 1 < len(ids) else BIG_ID) for index in range(len(ids))]
 
 
-def arrivals(
-    *, now: dt.datetime | None = None, width: dt.timedelta, buckets: int, bounds: list[tuple[int, int]] | None = None
-) -> list[tuple[dt.datetime, int]]:
-    """How many dead letters arrived in each bucket (every status, so replayed ones still count as arrivals).
+def arrivals(*, now: dt.datetime | None = None, width: dt.timedelta, buckets: int) -> list[tuple[dt.datetime, int]]:
+    """How many dead letters arrived in each bucket, from the per-minute arrival counts (ArrivalCount).
 
-    Counted on the primary key between the buckets' first ids (see first_ids): index-only ranges, bounded by the
-    window, never the whole table.
+    Every arrival counts, whatever became of it since (replayed, archived, purged): the counts are events that
+    ingest recorded, not the rows that are left. `width` is a whole number of minutes, so every minute falls in
+    one bucket. The last bucket is open-ended: a consumer whose clock runs a little ahead is counted in it.
     """
+    if width <= dt.timedelta(0) or width % dt.timedelta(minutes=1):
+        raise ValueError("arrival buckets are a whole number of minutes wide")
     starts = bucket_starts(now=now or timezone.now(), width=width, buckets=buckets)
-    bounds = bounds or bucket_bounds(starts)
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(DeadLetter._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT (SELECT count(*) FROM {table} WHERE id >= bucket.low AND id < bucket.high) "
-                "FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS bucket(low, high, position) "
-                "ORDER BY bucket.position",
-                [[low for low, _ in bounds], [high for _, high in bounds]],
-            )
-            counts = [int(row[0]) for row in cursor.fetchall()]
-        return list(zip(starts, counts, strict=True))
-    totals = DeadLetter.objects.filter(pk__gte=bounds[0][0]).aggregate(
-        **{f"b{index}": Count("pk", filter=Q(pk__gte=low, pk__lt=high)) for index, (low, high) in enumerate(bounds)}
+    counts = [0] * buckets
+    # At most one row per minute of the window (the queues summed by the database).
+    per_minute = (
+        ArrivalCount.objects.filter(minute__gte=starts[0]).values_list("minute").annotate(total=Sum("count")).order_by()
     )
-    return [(start, int(totals[f"b{index}"] or 0)) for index, start in enumerate(starts)]
+    for minute, total in per_minute:
+        index = min(bisect_right(starts, _as_value(minute, ArrivalCount._meta.get_field("minute"))) - 1, buckets - 1)
+        counts[index] += int(total or 0)
+    return list(zip(starts, counts, strict=True))
 
 
 def pattern_trends(
@@ -282,14 +269,17 @@ def pattern_trends(
     now: dt.datetime | None = None,
     width: dt.timedelta,
     buckets: int,
-    bounds: list[tuple[int, int]] | None = None,
 ) -> dict[int, list[int]]:
     """Arrivals per pattern and bucket (oldest first), for sparklines: read from the (pattern, status, id) index
-    between the buckets' first ids, like `arrivals`."""
+    between the buckets' first ids (see first_ids).
+
+    Unlike `arrivals`, these count the dead letters that are still stored: patterns are merged and split after
+    the fact, which would need the counts moved with them, so a pattern's purged dead letters leave its
+    sparkline."""
     if not pattern_ids:
         return {}
     starts = bucket_starts(now=now or timezone.now(), width=width, buckets=buckets)
-    bounds = bounds or bucket_bounds(starts)
+    bounds = bucket_bounds(starts)
     trends = {pattern_id: [0] * buckets for pattern_id in pattern_ids}
     if connection.vendor == "postgresql":
         table = connection.ops.quote_name(DeadLetter._meta.db_table)
@@ -331,14 +321,12 @@ def waiting_by_pattern(pattern_ids: list[int] | None = None) -> tuple[dict[int, 
     return dict(counts), {pattern_id: sorted(names) for pattern_id, names in queues.items()}
 
 
-def top_patterns(
-    *, limit: int = 10, now: dt.datetime | None = None, bounds: list[tuple[int, int]] | None = None
-) -> list[PatternSummary]:
+def top_patterns(*, limit: int = 10, now: dt.datetime | None = None) -> list[PatternSummary]:
     """The patterns with the most dead letters waiting, with a 24-hour trend."""
     counts, queues = waiting_by_pattern()
     top = sorted(counts, key=lambda pattern_id: -counts[pattern_id])[:limit]
     patterns = FailurePattern.objects.in_bulk(top)
-    trends = pattern_trends(pattern_ids=top, now=now, width=dt.timedelta(hours=1), buckets=24, bounds=bounds)
+    trends = pattern_trends(pattern_ids=top, now=now, width=dt.timedelta(hours=1), buckets=24)
     return [
         PatternSummary(
             pattern=patterns[pattern_id],

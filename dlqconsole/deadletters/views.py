@@ -100,14 +100,8 @@ def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     queues = selectors.queue_summaries()
-    day_starts = selectors.bucket_starts(now=now, width=dt.timedelta(hours=1), buckets=24)
-    hour_starts = selectors.bucket_starts(now=now, width=dt.timedelta(minutes=5), buckets=12)
-    # One pass of boundary probes serves both charts and the sparklines.
-    firsts = selectors.first_ids_by_moment(day_starts + hour_starts)
-    day_bounds = selectors.bounds_from(day_starts, firsts)
-    hour_bounds = selectors.bounds_from(hour_starts, firsts)
-    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24, bounds=day_bounds)
-    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12, bounds=hour_bounds)
+    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
     oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
     newest = [queue.newest_at for queue in queues if queue.newest_at]
     alerts, alerts_total = selectors.firing_alerts()
@@ -122,7 +116,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "hour": hour,
         "day_total": sum(count for _, count in day),
         "hour_total": sum(count for _, count in hour),
-        "top_patterns": selectors.top_patterns(limit=10, now=now, bounds=day_bounds),
+        "top_patterns": selectors.top_patterns(limit=10, now=now),
         "backpressure": selectors.backpressure(),
         "alerts": alerts,
         "alerts_total": alerts_total,

@@ -3,7 +3,8 @@
 Concurrency: several consume_dlq processes may ingest into the same tables at once. Inserts are idempotent
 through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
 counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
-then patterns by id, then ingest stats by queue), so two batches cannot deadlock on each other.
+then patterns by id, then arrival counts by queue, then ingest stats by queue), so two batches cannot deadlock on
+each other.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from django.utils import timezone
 
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.models import (
+    ARRIVAL_COUNT_RETENTION,
+    ArrivalCount,
     DeadLetter,
     DeadLetterCount,
     DeadLetterStatus,
@@ -356,6 +359,49 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
                     [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
                 )
     _reopen(sorted(pk for pk, status in statuses.items() if status == PatternStatus.RESOLVED), now=now)
+    # Late in the batch: every batch of a queue writes the same row in a minute, and holds it until it commits.
+    _add_arrivals(inserted, now=now)
+
+
+def arrival_minute(moment: dt.datetime) -> dt.datetime:
+    """The start of the minute (UTC) that holds `moment`: the key of its ArrivalCount row."""
+    return dt.datetime.fromtimestamp(int(moment.timestamp()) // 60 * 60, tz=dt.UTC)
+
+
+def _add_arrivals(inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
+    """Add the batch's newly stored dead letters to the arrival counts of its minute, per source queue: one
+    upsert. Rows in queue order, so concurrent batches lock the same minute's rows in the same order."""
+    per_queue: Counter[str] = Counter(letter.source_queue for letter in inserted)
+    queues = sorted(per_queue)
+    minute = arrival_minute(now)
+    table = ArrivalCount._meta.db_table
+    upsert = f" ON CONFLICT (minute, source_queue) DO UPDATE SET count = {table}.count + excluded.count"
+    if connection.vendor == "postgresql":
+        with _binding_cursor() as binding:
+            binding.execute(
+                f"INSERT INTO {table} (minute, source_queue, count) SELECT %s, arrival.queue, arrival.n "
+                "FROM unnest(%s::varchar[], %s::bigint[]) AS arrival(queue, n) ORDER BY arrival.queue" + upsert,
+                [minute, queues, [per_queue[queue] for queue in queues]],
+            )
+        return
+    stamp = ArrivalCount._meta.get_field("minute").get_db_prep_save(minute, connection)
+    with connection.cursor() as cursor:
+        for start in range(0, len(queues), ROWS_PER_STATEMENT):
+            chunk = queues[start : start + ROWS_PER_STATEMENT]
+            cursor.execute(
+                f"INSERT INTO {table} (minute, source_queue, count) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(chunk))
+                + upsert,
+                [value for queue in chunk for value in (stamp, queue, per_queue[queue])],
+            )
+
+
+def prune_arrival_counts(*, now: dt.datetime | None = None) -> int:
+    """Delete arrival counts older than ARRIVAL_COUNT_RETENTION (no chart reads them); returns how many. Ingest
+    only ever writes the current minute, so this never meets a batch's row lock."""
+    cutoff = arrival_minute((now or timezone.now()) - ARRIVAL_COUNT_RETENTION)
+    deleted, _ = ArrivalCount.objects.filter(minute__lt=cutoff).delete()
+    return deleted
 
 
 def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:

@@ -1,0 +1,127 @@
+"""The dashboard's arrival charts count arrivals when they happen (ArrivalCount), so a purge or archive retention
+does not make past arrivals vanish from them; an upgraded console's charts are seeded from the stored rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.operations.models import Operation, OperationKind
+from dlqconsole.operations.services import delete_expired_archives, plan_operation, run_operation, start_operation
+from tests.conftest import client_for
+from tests.deadletters.page_world import ingest, letter, many
+
+
+def run(kind: str, actor: User, **plan: Any) -> Operation:
+    operation = plan_operation(kind=kind, actor=actor, **plan)
+    start_operation(operation=operation, actor=actor)
+    run_operation(operation_id=operation.pk)
+    operation.refresh_from_db()
+    return operation
+
+
+def shown(html: str, label: str) -> str:
+    """The figure the dashboard shows above `label`."""
+    return html.split(f'</div><div class="label">{label}', 1)[0].rsplit(">", 1)[1]
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_purged_dead_letters_still_show_on_the_dashboards_arrival_charts(admin_user: User, viewer: User) -> None:
+    now = timezone.now()
+    ingest(*(letter(queue="orders") for _ in range(4)), now=now - dt.timedelta(hours=3))
+    many(3, queue="orders")
+    many(2, queue="billing")
+
+    purged = run(OperationKind.PURGE, admin_user, filter={"queue": ["orders.dlq"]})
+
+    assert purged.succeeded == 7
+    assert DeadLetter.objects.count() == 2
+    hour = selectors.arrivals(width=dt.timedelta(minutes=5), buckets=12)
+    day = selectors.arrivals(width=dt.timedelta(hours=1), buckets=24)
+    assert sum(count for _, count in hour) == 5
+    assert sum(count for _, count in day) == 9
+    html = client_for(viewer).get("/").content.decode()
+    assert (shown(html, "arrived last hour"), shown(html, "arrived last 24 h")) == ("5", "9")
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_archive_retention_leaves_the_arrivals_counted(admin_user: User) -> None:
+    now = timezone.now().replace(minute=30, second=0, microsecond=0)
+    ingest(letter(), letter(), now=now - dt.timedelta(hours=2))
+    run(OperationKind.ARCHIVE, admin_user, filter={})
+
+    assert delete_expired_archives(now=now + dt.timedelta(days=60)) == 2
+
+    assert not DeadLetter.objects.exists()
+    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
+    assert [count for _, count in day][-3:] == [2, 0, 0]
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_arrival_buckets_are_whole_minutes() -> None:
+    with pytest.raises(ValueError, match="whole number of minutes"):
+        selectors.arrivals(width=dt.timedelta(seconds=90), buckets=4)
+
+
+@pytest.fixture
+def migrate() -> Iterator[Any]:
+    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
+
+    def to(targets: list[tuple[str, str]]) -> Any:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    yield to
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.sqlite
+def test_the_migration_counts_the_arrivals_of_the_stored_dead_letters(migrate: Any) -> None:
+    old = migrate([("deadletters", "0009_rule_regex_help")])
+    Pattern = old.get_model("deadletters", "FailurePattern")
+    Letter = old.get_model("deadletters", "DeadLetter")
+    pattern = Pattern.objects.create(key="p1", template="Request timed out after <NUM>ms", error_type="TimeoutError")
+    minute = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(hours=2)
+    stored = [
+        ("orders.dlq", minute + dt.timedelta(seconds=1), DeadLetterStatus.PARKED),
+        ("orders.dlq", minute + dt.timedelta(seconds=59), DeadLetterStatus.REPLAYED),
+        ("billing.dlq", minute + dt.timedelta(seconds=30), DeadLetterStatus.ARCHIVED),
+        ("orders.dlq", minute + dt.timedelta(minutes=7), DeadLetterStatus.PARKED),
+        ("orders.dlq", minute - dt.timedelta(days=5), DeadLetterStatus.PARKED),  # past the counts' retention
+    ]
+    for number, (queue, ingested_at, status) in enumerate(stored):
+        Letter.objects.create(
+            dedupe_key=f"k{number}",
+            source_queue=queue,
+            ingested_at=ingested_at,
+            status=status,
+            body=b"",
+            fingerprint="p1",
+            pattern=pattern,
+        )
+
+    new = migrate([("deadletters", "0010_arrivalcount")])
+
+    Count = new.get_model("deadletters", "ArrivalCount")
+    assert {(row.minute, row.source_queue): row.count for row in Count.objects.all()} == {
+        (minute, "orders.dlq"): 2,
+        (minute, "billing.dlq"): 1,
+        (minute + dt.timedelta(minutes=7), "orders.dlq"): 1,
+    }

@@ -1,0 +1,92 @@
+"""Arrival counts (ArrivalCount): ingest adds each batch's newly stored dead letters to the batch's minute, per
+source queue, in the batch's transaction; redeliveries add nothing; the hourly retention prunes old minutes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, ArrivalCount
+from dlqconsole.deadletters.tasks import delete_expired_exports_task
+from dlqconsole.ingest.services import arrival_minute, ingest_batch, prune_arrival_counts
+from tests.deadletters.page_world import letter
+from tests.ingest.conftest import DeadLetterQueue, publish_dead_letters
+
+AT = dt.datetime(2026, 11, 26, 9, 41, 37, 250000, tzinfo=dt.UTC)
+
+
+def counted() -> dict[tuple[dt.datetime, str], int]:
+    return {(row.minute, row.source_queue): row.count for row in ArrivalCount.objects.all()}
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_ingest_counts_each_batchs_arrivals_in_its_minute_per_queue() -> None:
+    ingest_batch(letters=[letter(queue="orders"), letter(queue="orders"), letter(queue="billing")], now=AT)
+    ingest_batch(letters=[letter(queue="orders")], now=AT + dt.timedelta(seconds=10))
+    ingest_batch(letters=[letter(queue="orders"), letter(queue="orders")], now=AT + dt.timedelta(seconds=30))
+
+    minute = dt.datetime(2026, 11, 26, 9, 41, tzinfo=dt.UTC)
+    assert counted() == {
+        (minute, "orders.dlq"): 3,
+        (minute, "billing.dlq"): 1,
+        (minute + dt.timedelta(minutes=1), "orders.dlq"): 2,
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_redelivered_dead_letters_are_not_counted_again() -> None:
+    first = [letter(), letter()]
+    ingest_batch(letters=first, now=AT)
+    again = letter()
+
+    # Redelivered after a crash between commit and ack, next to one new dead letter (and that one twice).
+    result = ingest_batch(letters=[*first, again, again], now=AT + dt.timedelta(seconds=5))
+
+    assert result.inserted == 1
+    assert counted() == {(arrival_minute(AT), "orders.dlq"): 3}
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_a_batch_that_stores_nothing_new_writes_no_count() -> None:
+    first = [letter()]
+    ingest_batch(letters=first, now=AT)
+
+    ingest_batch(letters=first, now=AT + dt.timedelta(minutes=5))
+
+    assert counted() == {(arrival_minute(AT), "orders.dlq"): 1}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.sqlite
+def test_consume_dlq_counts_the_dead_letters_it_stores(dead_letter_queue: DeadLetterQueue, amqp_channel: Any) -> None:
+    before = arrival_minute(timezone.now())
+    publish_dead_letters(amqp_channel, dead_letter_queue, range(30))
+
+    call_command("consume_dlq", queues=dead_letter_queue.dlq, batch_size=8, exit_when_idle=0.5)
+
+    rows = list(ArrivalCount.objects.filter(source_queue=dead_letter_queue.dlq))
+    assert sum(row.count for row in rows) == 30
+    assert all(before <= row.minute <= timezone.now() for row in rows)
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_the_hourly_retention_prunes_arrival_counts_past_the_charts_window() -> None:
+    now = timezone.now()
+    old = now - ARRIVAL_COUNT_RETENTION - dt.timedelta(minutes=2)
+    kept = now - ARRIVAL_COUNT_RETENTION + dt.timedelta(minutes=2)
+    for moment in (old, kept, now):
+        ingest_batch(letters=[letter()], now=moment)
+
+    delete_expired_exports_task()
+
+    assert set(ArrivalCount.objects.values_list("minute", flat=True)) == {arrival_minute(kept), arrival_minute(now)}
+    assert prune_arrival_counts(now=now + dt.timedelta(minutes=5)) == 1
+    assert list(ArrivalCount.objects.values_list("minute", flat=True)) == [arrival_minute(now)]
