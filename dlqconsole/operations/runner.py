@@ -176,6 +176,8 @@ class _Take:
     claimed: list[_Claimed] = field(default_factory=list)
     failed: int = 0
     error: str = ""
+    # The claimed ones' messages, built by the taker so the publishing thread only publishes.
+    messages: list[Message] = field(default_factory=list)
 
 
 class _Pacer:
@@ -575,7 +577,7 @@ class OperationRunner:
         self.recording.append(batch.landed)
         # Pipelining, the call returns once the batch is sent: its confirms arrive during the next one.
         outcomes = publisher.publish(
-            self._messages(take.claimed),
+            take.messages,
             delay_for=self._delay_for(take.claimed),
             on_tick=self._heartbeat,
             wait_for_confirms=not prefetch,
@@ -713,7 +715,7 @@ class OperationRunner:
                 heartbeat_at=now,
             )
         error = problems[failed[-1].destination] if failed else ""
-        return _Take(claimed=claimed, failed=len(failed), error=error)
+        return _Take(claimed=claimed, failed=len(failed), error=error, messages=self._messages(claimed))
 
     def _destination(self, operation: Operation, letter: _Letter) -> Destination | None:
         if operation.kind == OperationKind.MOVE:
