@@ -301,3 +301,24 @@ def test_words_that_say_what_happened_stay_apart_like_an_enumeration() -> None:
 
     assert len(set(result.values())) == 4
     assert result["instance 12: VM Started (lifecycle event)"] == "instance <NUM>: VM Started (lifecycle event)"
+
+
+def test_values_masked_in_one_message_and_not_another_merge_at_two_places_at_once() -> None:
+    # A digit decides whether a class name is masked: the two slots differ together, never one at a time.
+    result = mined(
+        "cannot map class com.acme.v2.OrderEvent to class com.acme.v2.OrderDto",
+        "cannot map class com.acme.events.OrderEvent to class com.acme.dto.OrderDto",
+    )
+
+    assert set(result.values()) == {"cannot map class <*> to class <*>"}
+
+
+def test_fixed_words_at_two_places_stay_apart_without_masked_data() -> None:
+    result = mined(
+        "cannot map class <ID> to class <ID>",
+        "cannot map field Order to column <ID>",
+        "payment declined: card expired at checkout",
+        "payment declined: card stolen at gateway",
+    )
+
+    assert len(set(result.values())) == 4

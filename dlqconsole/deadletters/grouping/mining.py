@@ -22,7 +22,9 @@ agree with it on every other position and differ there ("user alice not found", 
 - the first word of a message never varies unless masking found data there (it is the message's wording); a
   leading "qualified.name:" is the logger or job that printed the message, and the word after it is the first.
 A slot that a sibling template already holds as a wildcard is variable, and a template matching a
-generalised one on all its fixed words joins it. Rounds repeat until nothing changes. A generalised template
+generalised one on all its fixed words joins it. Two templates that differ only where one of them holds masked data
+are one even when they differ at several places at once (a value that masking recognised in one message and not in
+the other). Rounds repeat until nothing changes. A generalised template
 must keep at least as many fixed words as wildcards, so chains of merges cannot end in `<*> <*> <*>`.
 
 Across token counts, in the spirit of Spell's alignment but order-free: two templates that share all their tokens
@@ -221,6 +223,58 @@ def _absorb(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ..
     return result
 
 
+def _soft_slots(form: tuple[str, ...]) -> tuple[int, ...]:
+    """The positions where a form holds data (masked values or wildcards), the message's first word excepted."""
+    slots = [
+        position for position, token in enumerate(form) if ">" in token and (is_wildcard(token) or _is_data(token))
+    ]
+    if len(slots) < 2:
+        return ()
+    first = _first_word(form)
+    return tuple(position for position in slots if position != first)
+
+
+def _is_word_value(token: str) -> bool:
+    value = token.strip()
+    return bool(value) and (value[0].isalnum() or value[0] in "'\"`") and not _is_data(token)
+
+
+def _data_slot_proposals(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], set[int]]:
+    """Pairs of forms that differ only where one of them holds data, in two places or more.
+
+    Mining compares one position at a time, so it misses a value that masking recognised in one message and not in
+    another at two places at once ("Registering class <ID> for class <ID>" / "Registering class
+    org.acme.EventType for class org.acme.Handler": a digit in the class name decides the mask). A slot where one
+    side holds masked data is a value slot, as it is for a single position; here every differing slot must be one.
+    """
+    slots_of = {form: _soft_slots(form) for form in forms}
+    by_slots: dict[tuple[int, ...], dict[tuple[str, ...], list[tuple[str, ...]]]] = {}
+    for form, slots in slots_of.items():
+        if len(slots) >= 2:
+            rest = tuple(token for position, token in enumerate(form) if position not in slots)
+            by_slots.setdefault(slots, {}).setdefault(rest, []).append(form)
+    result: dict[tuple[str, ...], set[int]] = {}
+    if not by_slots:
+        return result
+    for form in forms:
+        own = set(slots_of[form])
+        first = _first_word(form)
+        for slots, index in by_slots.items():
+            wanted = set(slots)
+            if not own <= wanted or first in wanted:
+                continue
+            rest = tuple(token for position, token in enumerate(form) if position not in wanted)
+            for other in index.get(rest, ()):
+                differing = [position for position in slots if form[position] != other[position]]
+                if len(differing) < 2 or not all(
+                    position in own or _is_word_value(form[position]) for position in differing
+                ):
+                    continue
+                result.setdefault(form, set()).update(differing)
+                result.setdefault(other, set()).update(differing)
+    return result
+
+
 def generalize(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ...]]:
     """Map every template (all of one length) to its generalised template."""
     originals = sorted(set(templates))
@@ -250,6 +304,8 @@ def generalize(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tu
                     values = buckets[tuple([form[index] for index in keep])]
                     if len(values) > 1 and _qualifies(values, form, position):
                         proposals[form].add(position)
+        for form, positions in _data_slot_proposals(forms).items():
+            proposals[form] |= positions
         step: dict[tuple[str, ...], tuple[str, ...]] = {}
         for form in forms:
             wanted = proposals[form]
