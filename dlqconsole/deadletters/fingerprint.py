@@ -250,10 +250,21 @@ def split_error_type(message: str) -> tuple[str, str]:
     if separator and len(head) < 200 and TYPE_NAME.fullmatch(head) and (head[0].isupper() or "." in head):
         # A qualified name is a type when its last part is a class name ("requests.exceptions.HTTPError");
         # "com.example.daily.cleanup: ..." names a job or a logger, whose message follows.
-        last = re.split(r"\.|::", head)[-1]
-        if last.lstrip("_")[:1].isupper() or last == head:
+        parts = re.split(r"\.|::", head)
+        if (parts[-1].lstrip("_")[:1].isupper() or len(parts) == 1) and not _is_bundle_id(parts):
             return head, rest
     return "", message
+
+
+# The first part of a reverse domain name ("com.apple.Safari.SafeBrowsing.Update", "org.acme.Billing.Nightly").
+REVERSE_DOMAINS = frozenset({"com", "org", "net", "io", "edu", "gov"})
+
+
+def _is_bundle_id(parts: list[str]) -> bool:
+    """Whether a dotted name is a reverse-domain identifier of an app, job or logger rather than a class: a JVM class
+    name has capitals only in its last part (a nested class is joined with "$"), so "com.apple.Safari.Update" with a
+    capitalised part before the last names a bundle or a job."""
+    return parts[0] in REVERSE_DOMAINS and any(part[:1].isupper() for part in parts[1:-1])
 
 
 def fingerprint(*, error_type: str, message: str, stack_trace: str = "", fallback: str = "") -> Fingerprint:

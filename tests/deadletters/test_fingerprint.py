@@ -275,3 +275,13 @@ def test_only_a_type_name_is_split_off_as_the_error_type() -> None:
         "com.example.billing.nightly: run skipped",
     )
     assert split_error_type("cron://db-7/jobs: failed") == ("", "cron://db-7/jobs: failed")
+    # A reverse-domain name with a capitalised part before the last is an app's or a job's id, not a JVM class.
+    assert split_error_type("com.apple.Safari.SafeBrowsing.Update: run skipped") == (
+        "",
+        "com.apple.Safari.SafeBrowsing.Update: run skipped",
+    )
+    assert split_error_type("org.acme.billing.InvoiceException: gone") == ("org.acme.billing.InvoiceException", "gone")
+    assert split_error_type("System.Net.Http.HttpRequestException: 503") == (
+        "System.Net.Http.HttpRequestException",
+        "503",
+    )
