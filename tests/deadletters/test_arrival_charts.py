@@ -125,3 +125,19 @@ def test_the_migration_counts_the_arrivals_of_the_stored_dead_letters(migrate: A
         (minute, "billing.dlq"): 1,
         (minute + dt.timedelta(minutes=7), "orders.dlq"): 1,
     }
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_each_minute_counts_in_its_bucket_and_a_consumer_clock_ahead_in_the_last() -> None:
+    now = timezone.now().replace(minute=32, second=10, microsecond=0)
+    ingest(letter(), now=now.replace(minute=4, second=59) - dt.timedelta(hours=1))  # before the window
+    ingest(letter(), now=now.replace(minute=35, second=0) - dt.timedelta(hours=1))  # the first bucket
+    ingest(letter(queue="billing"), letter(), now=now.replace(minute=29, second=59))
+    ingest(letter(), now=now.replace(minute=30, second=0))
+    ingest(letter(), now=now + dt.timedelta(minutes=4))
+
+    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
+
+    assert hour[0][0] == now.replace(minute=35, second=0) - dt.timedelta(hours=1)
+    assert [count for _, count in hour] == [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2]
