@@ -339,7 +339,8 @@ class OperationItemQuerySet(models.QuerySet["OperationItem"]):
 class OperationItem(models.Model):
     """One dead letter of an operation and its outcome."""
 
-    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="items")
+    # No index of its own: (operation, id) and (operation, dead letter) below serve every lookup by operation.
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="items", db_index=False)
     # No database constraint: a purge deletes the dead letter but its item (and id) stays as the record.
     dead_letter = models.ForeignKey(
         DeadLetter, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="operation_items"
