@@ -318,7 +318,7 @@ def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> 
     context = notification_context(alert, kind=kind)
     rows = []
     for channel in channels:
-        held_until = _spend_budget(channel, now=now)
+        held_until = _spend_budget(channel, rule=rule, now=now)
         rows.append(
             Notification(
                 channel=channel,
@@ -335,15 +335,16 @@ def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> 
     return len(created)
 
 
-def _spend_budget(channel: Channel, *, now: dt.datetime) -> dt.datetime | None:
+def _spend_budget(channel: Channel, *, rule: AlertRule, now: dt.datetime) -> dt.datetime | None:
     """Count one notice against the channel's window (the row is locked). None: send it now; else hold it until
     the returned moment, when the window ends and its digest goes. A quiet channel's first notice opens a window
-    and always goes at once."""
+    and always goes at once, and so does each rule's first notice in a window, over the budget if need be: a storm
+    of one rule (a DLQ per queue filling up) must not hold back the first word of another (a new failure pattern)."""
     ends_at = channel.notice_window_ends_at
     if ends_at is None or ends_at <= now:
         channel.notice_window_ends_at = now + dt.timedelta(seconds=settings.DLQ_NOTIFY_WINDOW)
         channel.notice_window_sent = 1
-    elif channel.notice_window_sent < settings.DLQ_NOTIFY_BURST:
+    elif channel.notice_window_sent < settings.DLQ_NOTIFY_BURST or not _rule_spoke(channel, rule=rule, since=ends_at):
         channel.notice_window_sent += 1
     else:
         return ends_at
@@ -351,6 +352,17 @@ def _spend_budget(channel: Channel, *, now: dt.datetime) -> dt.datetime | None:
         notice_window_ends_at=channel.notice_window_ends_at, notice_window_sent=channel.notice_window_sent
     )
     return None
+
+
+def _rule_spoke(channel: Channel, *, rule: AlertRule, since: dt.datetime) -> bool:
+    """Whether the rule already sent this channel a notice (not held) in the window that ends at `since`."""
+    return (
+        Notification.objects.filter(
+            channel=channel, alert__rule=rule, created_at__gte=since - dt.timedelta(seconds=settings.DLQ_NOTIFY_WINDOW)
+        )
+        .exclude(status=NotificationStatus.HELD)
+        .exists()
+    )
 
 
 def _enqueue(notification_ids: Iterable[int]) -> None:

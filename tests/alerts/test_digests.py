@@ -178,6 +178,34 @@ def test_the_first_notice_of_a_quiet_channel_is_never_held(
     assert Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).count() == 1
 
 
+@override_settings(DLQ_NOTIFY_BURST=5, DLQ_NOTIFY_WINDOW=300)
+def test_the_first_notice_of_each_rule_in_a_window_goes_at_once_over_the_budget(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(7)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    assert Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).count() == 2
+
+    # The budget is spent by new patterns, yet another rule's first word is not held back for the digest...
+    waiting = rule("dlq_not_empty", channels=[hook])
+    evaluate_rules(now=now + dt.timedelta(seconds=5))
+    first = Notification.objects.get(channel=hook, alert__rule=waiting)
+    assert first.status == NotificationStatus.QUEUED
+    deliver_queued()
+    assert [body["rule"] for body in posted(http)].count(waiting.name) == 1
+
+    # ...while the storming rule's next notices still wait for it.
+    storm(1, start=7)
+    evaluate_rules(now=now + dt.timedelta(seconds=10))
+    assert Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).count() == 3
+    assert send_due_digests(now=now + WINDOW) == 1
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    assert digest.context["count"] == 3 and {notice["rule"] for notice in digest.context["notices"]} == {
+        new_pattern_rule.name
+    }
+
+
 @override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
 def test_reminders_and_recoveries_count_against_the_budget(hook: Channel) -> None:
     rule("dlq_not_empty", channels=[hook])
