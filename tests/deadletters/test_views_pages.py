@@ -478,6 +478,33 @@ def test_dashboard_shows_the_alerts_that_matter_most_and_counts_the_rest(viewer_
     assert "12 active in all" in html and "the critical one" in html and "number-00" not in html
 
 
+def test_dashboard_alerts_do_not_repeat_a_label_their_summary_already_says(viewer_client: Client) -> None:
+    from dlqconsole.alerts.models import Alert, AlertRule
+
+    rule = AlertRule.objects.create(name="New patterns", kind="new_pattern", severity="warning")
+    Alert.objects.create(
+        rule=rule,
+        subject="pattern:1",
+        subject_label="TimeoutError at orders/api.py:pay",
+        severity="warning",
+        status="firing",
+        summary="New failure pattern “TimeoutError at orders/api.py:pay”: 1 dead letter parked.",
+    )
+    Alert.objects.create(
+        rule=rule,
+        subject="queue:orders.dlq",
+        subject_label="orders.dlq",
+        severity="warning",
+        status="firing",
+        summary="12 dead letters waiting.",
+    )
+
+    html = viewer_client.get("/").content.decode()
+
+    assert html.count("TimeoutError at orders/api.py:pay") == 1
+    assert "orders.dlq · since" in html
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="several consumer processes need PostgreSQL")
 def test_sparklines_count_batches_that_concurrent_consumers_stamped_out_of_id_order(viewer_client: Client) -> None:
     """Two consumer processes: the batch stamped a moment later got the smaller ids (as seen live: ids 1-32
