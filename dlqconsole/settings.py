@@ -195,6 +195,7 @@ CELERY_BEAT_SCHEDULE |= {
         "schedule": 3600.0,
         "options": {"expires": 1800},
     },
+    # Deletes expired export files and prunes the dashboard's per-minute arrival counts.
     "deadletters-export-retention": {
         "task": "deadletters.delete_expired_exports",
         "schedule": 3600.0,
