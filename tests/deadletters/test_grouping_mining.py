@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import random
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlqconsole.deadletters.fingerprint import tokenize
+from dlqconsole.deadletters.grouping import mining
 from dlqconsole.deadletters.grouping.engine import Grouper
 from dlqconsole.deadletters.grouping.mining import generalize, generalize_all
 
@@ -322,3 +324,27 @@ def test_fixed_words_at_two_places_stay_apart_without_masked_data() -> None:
     )
 
     assert len(set(result.values())) == 4
+
+
+RUN_TOKENS = [" user", " alice", " <NUM>", " <*>", ":", " '<ID>'", ",", " KB", " orders.events", " failed", "<IP>"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(RUN_TOKENS), min_size=0, max_size=18).map(lambda tokens: (" Sync", *tokens)),
+        min_size=2,
+        max_size=10,
+        unique=True,
+    )
+)
+def test_comparing_pairs_directly_finds_the_same_groups_as_hashing_every_cut(
+    templates: list[tuple[str, ...]],
+) -> None:
+    # Small clusters compare their templates two by two, large ones through buckets of every cut: one answer.
+    with mock.patch.object(mining, "PAIRWISE_TEMPLATES", 0):
+        through_buckets = generalize_all(templates)
+    with mock.patch.object(mining, "PAIRWISE_TEMPLATES", len(templates)):
+        pairwise = generalize_all(templates)
+
+    assert pairwise == through_buckets

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 WILDCARD = "<*>"
 PLAIN_VALUES = 3
@@ -476,6 +476,79 @@ def _same_remainder(templates: list[tuple[str, ...]]) -> Iterable[list[tuple[int
     return (members for members in buckets.values() if len(members) > 1)
 
 
+# Up to this many templates, a cluster's pairs are compared one by one (`_one_run_apart`): cheaper than hashing
+# every cut of every template when the cluster is small, as most are.
+PAIRWISE_TEMPLATES = 64
+
+# A template with its running counts of words and of data tokens (index i: among the first i tokens) and the
+# position of its first word: what `_cut_fits` reads.
+Shape = tuple[tuple[str, ...], list[int], list[int], int]
+
+
+def _shape(template: tuple[str, ...]) -> Shape:
+    words = [0]
+    data = [0]
+    for token in template:
+        words.append(words[-1] + (1 if token.lstrip()[:1].isalpha() else 0))
+        data.append(data[-1] + (1 if ">" in token else 0))
+    return template, words, data, _first_word(template)
+
+
+def _cut_fits(shape: Shape, start: int, suffix: int) -> bool:
+    """Whether cutting template[start:len - suffix] out meets `_same_remainder`'s conditions: a run of at most
+    MAX_RUN_TOKENS without the first word, MIN_SHARED_WORDS words left outside."""
+    template, words, _, first = shape
+    end = len(template) - suffix
+    if end < start or end - start > MAX_RUN_TOKENS or start <= first < end:
+        return False
+    return words[start] + words[-1] - words[end] >= MIN_SHARED_WORDS
+
+
+def _holds_data_between(shape: Shape, start: int, end: int) -> bool:
+    return shape[2][end] > shape[2][start]
+
+
+def _one_run_apart(first: Shape, second: Shape) -> bool:
+    """Whether two templates would share a bucket of `_same_remainder` (with both runs holding data when they are
+    of one length): the same candidates, found by comparing the two directly.
+
+    Every cut keeps a common prefix and a common suffix, so the longest ones (or, where they overlap in the
+    shorter template, the cuts that leave nothing of it in the run) meet the conditions whenever any cut does;
+    only data, for templates of one length, can call for a longer run."""
+    short, long = (first, second) if len(first[0]) <= len(second[0]) else (second, first)
+    short_tokens, long_tokens = short[0], long[0]
+    length, long_length = len(short_tokens), len(long_tokens)
+    if long_length - length > MAX_RUN_TOKENS:
+        return False
+    prefix = 0
+    while prefix < length and short_tokens[prefix] == long_tokens[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < length and short_tokens[-1 - suffix] == long_tokens[-1 - suffix]:
+        suffix += 1
+    if prefix + suffix < long_length - MAX_RUN_TOKENS:
+        return False
+    if length != long_length:
+        if prefix + suffix <= length:
+            return _cut_fits(short, prefix, suffix) and _cut_fits(long, prefix, suffix)
+        return any(
+            _cut_fits(short, start, length - start) and _cut_fits(long, start, length - start)
+            for start in range(length - suffix, prefix + 1)
+        )
+    if not (_cut_fits(short, prefix, suffix) and _cut_fits(long, prefix, suffix)):
+        return False
+    for start in range(prefix, max(-1, prefix - MAX_RUN_TOKENS - 1), -1):
+        for end in range(length - suffix, min(length, start + MAX_RUN_TOKENS) + 1):
+            if (
+                _holds_data_between(short, start, end)
+                and _holds_data_between(long, start, end)
+                and _cut_fits(short, start, length - end)
+                and _cut_fits(long, start, length - end)
+            ):
+                return True
+    return False
+
+
 def _order(form: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
     """Fewest tokens, then most wildcards, then the smallest: the order a group's template is chosen in."""
     return (len(form), -sum(map(is_wildcard, form)), form)
@@ -516,6 +589,18 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
         parent[root(index)] = root(other)
     if len({root(index) for index in range(len(ordered))}) < 2:
         return forms
+    if len(ordered) <= PAIRWISE_TEMPLATES:
+        # Groups are the connected sets of linked pairs, so the order pairs are looked at in does not matter.
+        shapes = [_shape(template) for template in ordered]
+        for left in range(len(ordered)):
+            for right in range(left + 1, len(ordered)):
+                if (
+                    root(left) != root(right)
+                    and _one_run_apart(shapes[left], shapes[right])
+                    and _linked(ordered[left], ordered[right], forms)
+                ):
+                    parent[root(right)] = root(left)
+        return _heads(ordered, forms, root)
     checked: set[tuple[int, int]] = set()
     for members in _same_remainder(ordered):
         for position, (left, left_data) in enumerate(members):
@@ -527,6 +612,13 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
                 checked.add((left, right))
                 if _linked(ordered[left], ordered[right], forms):
                     parent[root(right)] = root(left)
+    return _heads(ordered, forms, root)
+
+
+def _heads(
+    ordered: list[tuple[str, ...]], forms: dict[tuple[str, ...], tuple[str, ...]], root: Callable[[int], int]
+) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Each template's group template: the first form of its connected set in `_order`."""
     heads: dict[int, tuple[str, ...]] = {}
     for index, template in enumerate(ordered):
         group = root(index)
