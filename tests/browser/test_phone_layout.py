@@ -5,6 +5,7 @@ into a URL that can be bookmarked."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -14,7 +15,15 @@ from django.utils import timezone
 from playwright.sync_api import Page, ViewportSize, expect
 
 from dlqconsole.alerts.defaults import install_default_rules
-from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
+from dlqconsole.alerts.models import (
+    Alert,
+    AlertRule,
+    AlertStatus,
+    Channel,
+    Notification,
+    NotificationKind,
+    NotificationStatus,
+)
 from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
@@ -100,6 +109,28 @@ def build_world(admin: User) -> None:
         fired_at=timezone.now(),
         resolved_at=timezone.now(),
     )
+    # A channel with a long address, a digest that failed with a long error, a notice that went in it and one
+    # still held: the alert's, the channel's and the notification's pages show them.
+    hook = Channel.objects.create(name=f"ops hook {HOSTILE}", kind="webhook", target=LONG_URL)
+    resolved = Alert.objects.get(subject=f"queue:{LONG_QUEUE}.dlq:old")
+    digest = Notification.objects.create(
+        channel=hook,
+        kind=NotificationKind.DIGEST,
+        status=NotificationStatus.FAILED,
+        attempts=3,
+        error=f"HTTP 500 from {LONG_URL}: {HOSTILE} " * 4,
+        context={"event": "digest", "count": 2, "counts": {"firing": 1, "resolved": 1}, "notices": []},
+    )
+    for status in (NotificationStatus.DIGESTED, NotificationStatus.HELD):
+        Notification.objects.create(
+            channel=hook,
+            alert=resolved,
+            kind=NotificationKind.FIRING,
+            status=status,
+            digest=digest if status == NotificationStatus.DIGESTED else None,
+            context={"event": "firing", "summary": HOSTILE},
+            next_attempt_at=timezone.now() + dt.timedelta(minutes=5) if status == NotificationStatus.HELD else None,
+        )
 
 
 def overflow_report(page: Page) -> dict[str, Any]:
@@ -180,6 +211,9 @@ def test_every_list_page_fits_a_phone(page: Page, admin_user: User, watched: Wat
         ("/alerts/rules/new/", "alert-rule-new"),
         ("/alerts/channels/", "alert-channels"),
         ("/alerts/queues/", "watched-queues"),
+        (f"/alerts/{Alert.objects.get(subject=f'queue:{LONG_QUEUE}.dlq:old').pk}/", "alert-digested"),
+        (f"/alerts/channels/{Channel.objects.get().pk}/", "alert-channel"),
+        (f"/alerts/notifications/{Notification.objects.get(kind='digest').pk}/", "notification-digest"),
     ]:
         problems += check_phone_page(page, path, name)
     assert not problems, "\n".join(problems)
