@@ -36,8 +36,12 @@ URL = re.compile(
     re.I,
 )
 EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
-PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?|\b[A-Z]:\\[^\s'\"]+")
-DATETIME_HINT = re.compile(r":\d\d:|-\d\d-")
+UNIX_PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?")
+PATH = re.compile(UNIX_PATH.pattern + r"|\b[A-Z]:\\[^\s'\"]+")
+# A time (":07:") or a date ("-06-") may be in the text: two patterns, since one that starts with a literal is found
+# much faster than an alternation.
+TIME_HINT = re.compile(r":\d\d:")
+DATE_HINT = re.compile(r"-\d\d-")
 # A date written with an English month name, as C's ctime, syslog and HTTP print it ("Fri Jun 17 07:07:00 2005",
 # "Jun 17 07:07:00", "Sun, 06 Nov 1994 08:49:37 GMT"): the names are part of the time, not words of the message.
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?"
@@ -49,6 +53,8 @@ DATETIME = re.compile(
     r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
 )
 IPV6 = re.compile(r"(?<![\w:])\[?(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{1,4}\]?(?::\d{1,5})?(?![\w:])", re.I)
+# What every IPv6 address contains (its last two groups): much cheaper to look for than the address itself.
+IPV6_HINT = re.compile(r":[0-9a-f]{0,4}:[0-9a-f]", re.I)
 
 # One token: a URL that masking kept, a placeholder, a quoted value of up to four words (so a free-text value
 # does not change the token count; a longer quotation is a nested message, cut up like the rest), a word, or a
@@ -184,11 +190,14 @@ def _premask(message: str) -> str:
         text = URL.sub(_mask_url, text)
     if "@" in text:
         text = EMAIL.sub("<EMAIL>", text)
-    if "/" in text or "\\" in text:
+    if "\\" in text:
         text = PATH.sub("<PATH>", text)
-    if DATETIME_HINT.search(text):
+    elif "/" in text:
+        # Without a backslash only the Unix form can match, and the pattern for it alone starts with a literal.
+        text = UNIX_PATH.sub("<PATH>", text)
+    if TIME_HINT.search(text) or DATE_HINT.search(text):
         text = DATETIME.sub("<DATETIME>", text)
-    if "::" in text or text.count(":") >= 4:
+    if ("::" in text or text.count(":") >= 4) and IPV6_HINT.search(text):
         text = IPV6.sub("<IP>", text)
     return text
 
