@@ -214,6 +214,8 @@ def test_every_list_page_fits_a_phone(page: Page, admin_user: User, watched: Wat
         (f"/alerts/{Alert.objects.get(subject=f'queue:{LONG_QUEUE}.dlq:old').pk}/", "alert-digested"),
         (f"/alerts/channels/{Channel.objects.get().pk}/", "alert-channel"),
         (f"/alerts/notifications/{Notification.objects.get(kind='digest').pk}/", "notification-digest"),
+        (f"/alerts/channels/{Channel.objects.get().pk}/edit/", "alert-channel-edit"),
+        (f"/messages/{hostile_letter.pk}/edit/", "message-edit-hostile"),
     ]:
         problems += check_phone_page(page, path, name)
     assert not problems, "\n".join(problems)
