@@ -218,13 +218,26 @@ def tokenize(message: str) -> tuple[str, ...]:
 
 def _join_lists(tokens: list[str]) -> list[str]:
     """A list of masked values joined by bare commas ("<IP>,<IP>,<IP>") is one value whatever its length."""
+    # Most commas separate other things ("id=<NUM>, user=bob"): look for one between two equal values first.
+    position = 0
+    while True:
+        try:
+            position = tokens.index(",", position + 1)
+        except ValueError:
+            return tokens
+        if position + 1 < len(tokens) and _same_value(tokens[position - 1], tokens[position + 1]):
+            break
     result: list[str] = []
     for token in tokens:
-        if token[:1] == "<" and len(result) >= 2 and result[-1] == "," and result[-2].lstrip(" ") == token:
+        if len(result) >= 2 and result[-1] == "," and _same_value(result[-2], token):
             result.pop()
             continue
         result.append(token)
     return result
+
+
+def _same_value(before: str, after: str) -> bool:
+    return after[:1] == "<" and before.lstrip(" ") == after
 
 
 def _is_status(tokens: list[str], position: int) -> bool:
