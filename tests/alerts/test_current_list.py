@@ -172,3 +172,22 @@ def test_acknowledging_one_row_without_javascript_returns_to_the_filtered_list(
     response = client.post(reverse("alerts:acknowledge", args=[alert.pk]), {"next": back.group(1)})
 
     assert response.status_code == 302 and response["Location"] == back.group(1)
+
+
+def test_current_list_counts_alerts_by_rule_with_a_link_to_each(
+    client: Client, viewer: User, noisy: AlertRule, quiet: AlertRule
+) -> None:
+    for index in range(4):
+        make_alert(noisy, f"q{index}.dlq", minutes_ago=index)
+    make_alert(noisy, "acked.dlq", minutes_ago=1, status=AlertStatus.ACKNOWLEDGED)
+    make_alert(quiet, "payments.dlq", minutes_ago=1)
+    client.force_login(viewer)
+
+    for response in (client.get(reverse("alerts:list")), client.get(reverse("alerts:list"), headers=HTMX)):
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", response.content.decode()))
+        # Most firing first, each a link that narrows the list to its rule.
+        assert f"By rule: {noisy.name} 4 firing, 1 acknowledged · {quiet.name} 1 firing" in text
+        assert f'href="{reverse("alerts:list")}?rule={noisy.pk}"' in response.content.decode()
+    # Narrowed to one rule, the breakdown has nothing to add.
+    narrowed = client.get(reverse("alerts:list"), {"rule": noisy.pk}).content.decode()
+    assert "By rule:" not in narrowed
