@@ -7,6 +7,7 @@ Go and Node errors. Returns None when nothing is known, and the caller falls bac
 
 from __future__ import annotations
 
+import functools
 import re
 
 from dlqconsole.deadletters.models import FailureReason
@@ -200,6 +201,16 @@ ADDRESS = re.compile(
 RULE_ORDER = {reason: position for position, (reason, _, _) in enumerate(RULES)}
 
 
+@functools.lru_cache(maxsize=4096)
+def _type_reason(short_type: str) -> FailureReason | None:
+    """The reason a type names, by the specific rules (INTERNAL is only a catch-all). Remembered: a service
+    raises a handful of types, and each is otherwise matched against every rule for every message."""
+    for reason, type_pattern, _ in RULES[:-1]:
+        if type_pattern.search(short_type):
+            return reason
+    return None
+
+
 def classify(*, error_type: str, message: str, stack_trace: str = "") -> FailureReason | None:
     if not error_type and not message and not stack_trace:
         return None
@@ -208,9 +219,9 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
     # The type is the stronger signal ("ValidationError: connection field missing" is a validation error);
     # INTERNAL is only a type-level catch-all, so try the specific rules on the type first, then on the text.
     if short_type:
-        for reason, type_pattern, _ in RULES[:-1]:
-            if type_pattern.search(short_type):
-                return reason
+        by_type = _type_reason(short_type)
+        if by_type is not None:
+            return by_type
     # The keywords are looked for in the whole text (a cheap over-approximation); the rule's own expression then
     # reads the text without its addresses, blanked once, only when some keyword is there.
     lowered = head.lower()
@@ -231,3 +242,8 @@ def classify(*, error_type: str, message: str, stack_trace: str = "") -> Failure
     if short_type or stack_trace:
         return FailureReason.INTERNAL
     return FailureReason.INTERNAL if head else None
+
+
+def clear_cache() -> None:
+    """Forget the reasons remembered for types (benchmarks measure the work, not the cache)."""
+    _type_reason.cache_clear()
