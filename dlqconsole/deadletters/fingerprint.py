@@ -59,12 +59,15 @@ IPV6_HINT = re.compile(r":[0-9a-f]{0,4}:[0-9a-f]", re.I)
 # One token: a URL that masking kept, a placeholder, a quoted value of up to four words (so a free-text value
 # does not change the token count; a longer quotation is a nested message, cut up like the rest), a word, or a
 # punctuation mark. Each token carries the space before it. The lookarounds keep "can't" from opening a quote.
-TOKEN = re.compile(
-    r""" ?(?:[a-z][a-z0-9+.-]*://[^\s'"`<>()\[\]{},;]*|<[A-Z][A-Z_]*>|"""
+_URL_TOKEN = r"""[a-z][a-z0-9+.-]*://[^\s'"`<>()\[\]{},;]*|"""
+_OTHER_TOKENS = (
+    r"""<[A-Z][A-Z_]*>|"""
     r"""(?<!\w)'[^'\s]*(?: [^'\s]+){0,3}'(?!\w)|"[^"\s]*(?: [^"\s]+){0,3}"|`[^`\s]*(?: [^`\s]+){0,3}`|"""
-    r"""[^\s=:,;()\[\]{}<>"'`|][^\s=:,;()\[\]{}<>"`|]*|\S)""",
-    re.I,
+    r"""[^\s=:,;()\[\]{}<>"'`|][^\s=:,;()\[\]{}<>"`|]*|\S"""
 )
+TOKEN = re.compile(" ?(?:" + _URL_TOKEN + _OTHER_TOKENS + ")", re.I)
+# The same without the URL, for text without "://" (most): trying a URL at every word costs a fifth of the time.
+TOKEN_WITHOUT_URL = re.compile(" ?(?:" + _OTHER_TOKENS + ")", re.I)
 INNER_WORD = re.compile(r"[^\s=:,;()\[\]{}<>'\"`|/]+")
 DIGIT = re.compile(r"\d")
 IPV4 = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}")
@@ -204,7 +207,8 @@ def _premask(message: str) -> str:
 
 def tokenize(message: str) -> tuple[str, ...]:
     """The masked tokens of a message, each with the space before it: joined, they are the template."""
-    raw = TOKEN.findall(_premask(message))[:MAX_TOKENS]
+    text = _premask(message)
+    raw = (TOKEN if "://" in text else TOKEN_WITHOUT_URL).findall(text)[:MAX_TOKENS]
     get = _TOKEN_CACHE.get
     tokens = [get(token) or _mask_token(token) for token in raw]
     if not STATUS_TOKENS.isdisjoint(raw):
