@@ -86,8 +86,13 @@ def is_wildcard(token: str) -> bool:
     return token.endswith(WILDCARD)
 
 
+def _count_wildcards(form: tuple[str, ...]) -> int:
+    # `is_wildcard` spelled out here and below: these run for every token of every form in every round.
+    return sum(1 for token in form if token.endswith(WILDCARD))
+
+
 def _wildcards(form: tuple[str, ...]) -> frozenset[int]:
-    return frozenset(position for position, token in enumerate(form) if is_wildcard(token))
+    return frozenset(position for position, token in enumerate(form) if token.endswith(WILDCARD))
 
 
 def _is_data(token: str) -> bool:
@@ -196,19 +201,19 @@ def _acceptable(form: tuple[str, ...]) -> bool:
 
 def _absorb(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ...]]:
     """Map each form to the most general generalised form that matches it (itself when there is none)."""
-    general = [form for form in forms if any(is_wildcard(token) for token in form)]
+    general = [form for form in forms if any(token.endswith(WILDCARD) for token in form)]
     if not general:
         return {form: form for form in forms}
     by_mask: dict[tuple[int, ...], dict[tuple[str, ...], tuple[str, ...]]] = {}
     # Most wildcards first, then the smallest form: a deterministic choice when several match.
-    for form in sorted(general, key=lambda form: (-sum(map(is_wildcard, form)), form)):
-        mask = tuple(position for position, token in enumerate(form) if is_wildcard(token))
-        fixed = tuple(token for token in form if not is_wildcard(token))
+    for form in sorted(general, key=lambda form: (-_count_wildcards(form), form)):
+        mask = tuple(position for position, token in enumerate(form) if token.endswith(WILDCARD))
+        fixed = tuple(token for token in form if not token.endswith(WILDCARD))
         by_mask.setdefault(mask, {}).setdefault(fixed, form)
     masks = sorted(by_mask, key=lambda mask: (-len(mask), mask))
     result: dict[tuple[str, ...], tuple[str, ...]] = {}
     for form in forms:
-        own = {position for position, token in enumerate(form) if is_wildcard(token)}
+        own = {position for position, token in enumerate(form) if token.endswith(WILDCARD)}
         chosen = form
         for mask in masks:
             if not own <= set(mask) or len(mask) <= len(own):
@@ -551,7 +556,7 @@ def _one_run_apart(first: Shape, second: Shape) -> bool:
 
 def _order(form: tuple[str, ...]) -> tuple[int, int, tuple[str, ...]]:
     """Fewest tokens, then most wildcards, then the smallest: the order a group's template is chosen in."""
-    return (len(form), -sum(map(is_wildcard, form)), form)
+    return (len(form), -_count_wildcards(form), form)
 
 
 def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ...]]:
