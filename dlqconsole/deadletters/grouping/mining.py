@@ -513,15 +513,31 @@ def _holds_data_between(shape: Shape, start: int, end: int) -> bool:
     return shape[2][end] > shape[2][start]
 
 
-def _one_run_apart(first: Shape, second: Shape) -> bool:
+class _Shapes:
+    """The shape of each of a list of templates, made when first asked for: most pairs are turned down on their
+    lengths or their common ends, before any cut is looked at."""
+
+    def __init__(self, templates: list[tuple[str, ...]]) -> None:
+        self.templates = templates
+        self._made: dict[int, Shape] = {}
+
+    def __getitem__(self, index: int) -> Shape:
+        shape = self._made.get(index)
+        if shape is None:
+            shape = self._made[index] = _shape(self.templates[index])
+        return shape
+
+
+def _one_run_apart(shapes: _Shapes, first: int, second: int) -> bool:
     """Whether two templates would share a bucket of `_same_remainder` (with both runs holding data when they are
     of one length): the same candidates, found by comparing the two directly.
 
     Every cut keeps a common prefix and a common suffix, so the longest ones (or, where they overlap in the
     shorter template, the cuts that leave nothing of it in the run) meet the conditions whenever any cut does;
     only data, for templates of one length, can call for a longer run."""
-    short, long = (first, second) if len(first[0]) <= len(second[0]) else (second, first)
-    short_tokens, long_tokens = short[0], long[0]
+    if len(shapes.templates[first]) > len(shapes.templates[second]):
+        first, second = second, first
+    short_tokens, long_tokens = shapes.templates[first], shapes.templates[second]
     length, long_length = len(short_tokens), len(long_tokens)
     if long_length - length > MAX_RUN_TOKENS:
         return False
@@ -533,6 +549,7 @@ def _one_run_apart(first: Shape, second: Shape) -> bool:
         suffix += 1
     if prefix + suffix < long_length - MAX_RUN_TOKENS:
         return False
+    short, long = shapes[first], shapes[second]
     if length != long_length:
         if prefix + suffix <= length:
             return _cut_fits(short, prefix, suffix) and _cut_fits(long, prefix, suffix)
@@ -596,12 +613,12 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
         return forms
     if len(ordered) <= PAIRWISE_TEMPLATES:
         # Groups are the connected sets of linked pairs, so the order pairs are looked at in does not matter.
-        shapes = [_shape(template) for template in ordered]
+        shapes = _Shapes(ordered)
         for left in range(len(ordered)):
             for right in range(left + 1, len(ordered)):
                 if (
                     root(left) != root(right)
-                    and _one_run_apart(shapes[left], shapes[right])
+                    and _one_run_apart(shapes, left, right)
                     and _linked(ordered[left], ordered[right], forms)
                 ):
                     parent[root(right)] = root(left)
