@@ -41,16 +41,21 @@ def cluster_of(found: Fingerprint, fallback_reason: str = "UNKNOWN") -> ClusterK
 def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) -> dict[str, Pattern]:
     """{fingerprint key: pattern} for the fingerprints of one cluster ({key: tokens})."""
     general = generalize_all(templates.values())
+    by_form: dict[tuple[str, ...], Pattern] = {}
     result: dict[str, Pattern] = {}
     for key, tokens in templates.items():
         mined = general[tokens]
-        template = "".join(mined)
-        result[key] = Pattern(
-            key=pattern_key(error_type=error_type, template=template),
-            template=template,
-            error_type=error_type,
-            tokens=mined,
-        )
+        pattern = by_form.get(mined)
+        if pattern is None:
+            # Made once per mined form: most of a cluster's templates end in a few.
+            template = "".join(mined)
+            pattern = by_form[mined] = Pattern(
+                key=pattern_key(error_type=error_type, template=template),
+                template=template,
+                error_type=error_type,
+                tokens=mined,
+            )
+        result[key] = pattern
     return result
 
 
@@ -77,13 +82,13 @@ class Grouper:
 
     def patterns(self) -> dict[str, Pattern]:
         """{fingerprint key: the pattern it ends in}."""
-        result = {
-            key: Pattern(key=key, template=found.template, error_type=found.error_type)
+        mined: dict[str, Pattern] = {}
+        for (error_type, _, _), members in self._clusters.items():
+            mined.update(patterns_of_cluster(error_type, members))
+        return {
+            key: mined.get(key) or Pattern(key=key, template=found.template, error_type=found.error_type)
             for key, found in self._fingerprints.items()
         }
-        for (error_type, _, _), members in self._clusters.items():
-            result.update(patterns_of_cluster(error_type, members))
-        return result
 
 
 def group_lines(lines: Iterable[str]) -> list[Pattern]:
