@@ -146,7 +146,9 @@ MESSAGE_RULES = [(reason, message_pattern, KEYWORDS[reason]) for reason, _, mess
 # "code=500"): a bare number is as likely an amount, a count or an id ("refund of 500 EUR failed"), and reading it
 # as a status would file the same failure under different reasons (and patterns) as the number varies.
 # Found in two steps, both cheap: a three-digit number first, then the words just before it.
-STATUS_NUMBER = re.compile(r"(?<![\d.])[1-5]\d\d(?![\d.])")
+# Not after a digit or a dot; the lookbehind comes after the first digit so the pattern starts with a character
+# set, which the regex engine looks for quickly (a leading lookbehind makes it try every position).
+STATUS_NUMBER = re.compile(r"[1-5](?<![\d.][1-5])\d\d(?![\d.])")
 STATUS_CONTEXT = re.compile(
     r"(?:\b(?:status|http(?:/[\d.]+)?|code|response|responded|returned|got|failed|error)"
     r"(?:\s+(?:code|status|with|of|was|is))*[\s:=#(\[]{1,3})$",
