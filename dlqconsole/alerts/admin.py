@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from dlqconsole.alerts.models import Alert, AlertRule, Channel, Notification
 
@@ -25,7 +28,15 @@ class ChannelAdmin(admin.ModelAdmin[Channel]):
         "disabled_at",
         "notice_window_ends_at",
         "notice_window_sent",
+        "notice_window_rules",
     ]
+
+    def save_model(self, request: HttpRequest, obj: Channel, form: Any, change: bool) -> None:
+        # An edit writes what the form edits: the tick may have moved the budget and counters since it was read.
+        if change:
+            obj.save(update_fields=[name for name in form.fields if name not in self.readonly_fields])
+        else:
+            obj.save()
 
 
 @admin.register(Alert)

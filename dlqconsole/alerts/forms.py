@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dlqconsole.alerts.models import (
+    CHANNEL_SETTINGS,
     PATTERN_SCOPED_KINDS,
     WINDOW_KINDS,
     Alert,
@@ -283,7 +284,7 @@ class ChannelForm(forms.ModelForm[Channel]):
 
     class Meta:
         model = Channel
-        fields = ["name", "kind", "target"]
+        fields = CHANNEL_SETTINGS
         widgets = {"target": forms.TextInput(attrs={"size": 60})}
         help_texts = {"target": " ".join(f"{n.label}: {n.target_help}" for n in NOTIFIERS.values())}
 

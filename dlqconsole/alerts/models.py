@@ -58,6 +58,10 @@ WINDOW_KINDS = frozenset({RuleKind.DLQ_GROWTH, RuleKind.NEW_PATTERN, RuleKind.PA
 PATTERN_SCOPED_KINDS = frozenset({RuleKind.DLQ_NOT_EMPTY, RuleKind.DLQ_GROWTH, RuleKind.OLDEST_AGE})
 
 
+# What a person sets on a channel (the form, the admin); the rest (state, counters, budget) is the console's.
+CHANNEL_SETTINGS = ["name", "kind", "target"]
+
+
 class Channel(models.Model):
     """Where notifications go: an e-mail list, a JSON webhook or a Slack-compatible webhook."""
 
@@ -79,6 +83,8 @@ class Channel(models.Model):
     # one digest when it ends. Read and written with the row locked (the evaluation tick, the digest sweep).
     notice_window_ends_at = models.DateTimeField(null=True, blank=True)
     notice_window_sent = models.IntegerField(default=0)
+    # The rules that have sent a notice in the window (each rule's first notice goes over the budget).
+    notice_window_rules = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

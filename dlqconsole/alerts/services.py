@@ -25,6 +25,7 @@ from django.utils import timezone
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.alerts import conditions
 from dlqconsole.alerts.models import (
+    CHANNEL_SETTINGS,
     DIGESTED_KINDS,
     SEVERITY_RANK,
     Alert,
@@ -310,7 +311,12 @@ def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> 
         return 0
     # Locked (in id order) until the tick commits: the digest sweep skips a channel whose budget is being
     # spent, so a notice is never held in a window whose digest has already gone.
-    channels = list(Channel.objects.select_for_update().filter(pk__in=channel_ids, enabled=True).order_by("pk"))
+    # FOR NO KEY UPDATE: the tick writes no key column, and a plain FOR UPDATE would conflict with the KEY SHARE
+    # locks that rows referencing the channel take (a rule edit's channel links, a test send), and could deadlock
+    # with a rule edit: the tick locks channels rule by rule, not in one global order.
+    channels = list(
+        Channel.objects.select_for_update(no_key=True).filter(pk__in=channel_ids, enabled=True).order_by("pk")
+    )
     if not channels:
         return 0
     alert.last_notified_at = now
@@ -343,26 +349,19 @@ def _spend_budget(channel: Channel, *, rule: AlertRule, now: dt.datetime) -> dt.
     ends_at = channel.notice_window_ends_at
     if ends_at is None or ends_at <= now:
         channel.notice_window_ends_at = now + dt.timedelta(seconds=settings.DLQ_NOTIFY_WINDOW)
-        channel.notice_window_sent = 1
-    elif channel.notice_window_sent < settings.DLQ_NOTIFY_BURST or not _rule_spoke(channel, rule=rule, since=ends_at):
-        channel.notice_window_sent += 1
-    else:
+        channel.notice_window_sent = 0
+        channel.notice_window_rules = []
+    elif channel.notice_window_sent >= settings.DLQ_NOTIFY_BURST and rule.pk in channel.notice_window_rules:
         return ends_at
+    channel.notice_window_sent += 1
+    if rule.pk not in channel.notice_window_rules:
+        channel.notice_window_rules = [*channel.notice_window_rules, rule.pk]
     Channel.objects.filter(pk=channel.pk).update(
-        notice_window_ends_at=channel.notice_window_ends_at, notice_window_sent=channel.notice_window_sent
+        notice_window_ends_at=channel.notice_window_ends_at,
+        notice_window_sent=channel.notice_window_sent,
+        notice_window_rules=channel.notice_window_rules,
     )
     return None
-
-
-def _rule_spoke(channel: Channel, *, rule: AlertRule, since: dt.datetime) -> bool:
-    """Whether the rule already sent this channel a notice (not held) in the window that ends at `since`."""
-    return (
-        Notification.objects.filter(
-            channel=channel, alert__rule=rule, created_at__gte=since - dt.timedelta(seconds=settings.DLQ_NOTIFY_WINDOW)
-        )
-        .exclude(status=NotificationStatus.HELD)
-        .exists()
-    )
 
 
 def _enqueue(notification_ids: Iterable[int]) -> None:
@@ -487,7 +486,9 @@ def send_due_digests(*, now: dt.datetime | None = None) -> int:
     digests: list[int] = []
     with transaction.atomic():
         due = Notification.objects.filter(status=NotificationStatus.HELD, next_attempt_at__lte=now)
-        channels = Channel.objects.select_for_update(skip_locked=True).filter(pk__in=due.values("channel_id"))
+        channels = Channel.objects.select_for_update(skip_locked=True, no_key=True).filter(
+            pk__in=due.values("channel_id")
+        )
         for channel in channels.order_by("pk")[:100]:
             digest = _digest_channel(channel, now=now)
             if digest is not None:
@@ -504,7 +505,9 @@ def _digest_channel(channel: Channel, *, now: dt.datetime) -> Notification | Non
     )
     if channel.notice_window_ends_at is not None and channel.notice_window_ends_at <= now:
         # The window is over: the channel is quiet again until its next notice.
-        Channel.objects.filter(pk=channel.pk).update(notice_window_ends_at=None, notice_window_sent=0)
+        Channel.objects.filter(pk=channel.pk).update(
+            notice_window_ends_at=None, notice_window_sent=0, notice_window_rules=[]
+        )
     if not held:
         # Another sweep sent them between our look and our lock.
         return None
@@ -700,7 +703,9 @@ def save_channel(*, channel: Channel, actor: Actor, attach_to_all_rules: bool = 
     """Create or update a channel; a new one can be attached to every existing rule at once."""
     creating = channel.pk is None
     with transaction.atomic():
-        channel.save()
+        # An edit writes the form's fields only: the tick may have moved the channel's budget and counters since
+        # the form was read, and saving the whole row would put the old values back.
+        channel.save(update_fields=None if creating else CHANNEL_SETTINGS)
         if attach_to_all_rules:
             channel.rules.add(*AlertRule.objects.all())
         record_audit(

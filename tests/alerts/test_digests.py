@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from dlqconsole.alerts import conditions
 from dlqconsole.alerts.models import (
     Alert,
     AlertRule,
@@ -34,6 +36,8 @@ from dlqconsole.alerts.services import (
     disable_channel,
     enqueue_due_notifications,
     evaluate_rules,
+    save_channel,
+    save_rule,
     send_due_digests,
     send_test_notification,
 )
@@ -397,6 +401,85 @@ def test_two_concurrent_sweeps_create_one_digest(hook: Channel, new_pattern_rule
     )
     assert set(Notification.objects.filter(digest=digest).values_list("pk", flat=True)) == held
     assert not Notification.objects.filter(status=NotificationStatus.HELD).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks need PostgreSQL")
+def test_a_tick_and_a_rule_edit_do_not_deadlock(http: responses.RequestsMock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tick locks channels rule by rule (rule A's channel 2, a second later rule B's channel 1) while an admin
+    links both channels to a third rule, whose foreign-key checks take KEY SHARE on them at commit. A FOR UPDATE
+    in the tick deadlocked with that; FOR NO KEY UPDATE does not conflict with it."""
+    first = Channel.objects.create(name="c1", kind="webhook", target=HOOK)
+    second = Channel.objects.create(name="c2", kind="webhook", target=OTHER_HOOK)
+    rule_a = rule("dlq_not_empty", channels=[second])
+    rule_b = rule("dlq_not_empty", channels=[first])
+    # Rules are evaluated in name order: A, then B.
+    AlertRule.objects.filter(pk=rule_a.pk).update(name="test A")
+    AlertRule.objects.filter(pk=rule_b.pk).update(name="test B")
+    edited = rule("oldest_age", channels=[])
+    ingest(1)
+    real = conditions.evaluate
+    b_started = threading.Event()
+
+    def slow(evaluated: AlertRule, facts: Any) -> Any:
+        if evaluated.pk == rule_b.pk:
+            b_started.set()
+            time.sleep(1.0)
+        return real(evaluated, facts)
+
+    monkeypatch.setattr(conditions, "evaluate", slow)
+    errors: list[str] = []
+
+    def tick() -> None:
+        try:
+            evaluate_rules()
+        except Exception as error:  # noqa: BLE001  (reported below)
+            errors.append(f"tick: {error!r}")
+        finally:
+            connection.close()
+
+    def edit() -> None:
+        b_started.wait(timeout=30)
+        try:
+            save_rule(rule=edited, channels=[first, second], actor=None)
+        except Exception as error:  # noqa: BLE001  (reported below)
+            errors.append(f"edit: {error!r}")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=tick), threading.Thread(target=edit)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert set(edited.channels.all()) == {first, second}
+    assert Notification.objects.filter(alert__rule__in=[rule_a, rule_b]).count() == 2
+
+
+def test_saving_the_channel_form_keeps_the_budget_the_tick_wrote(hook: Channel, admin_user: User) -> None:
+    """The edit form was read before the tick spent the budget; saving it must not write the old budget back."""
+    stale = Channel.objects.get(pk=hook.pk)
+    ends = timezone.now() + WINDOW
+    Channel.objects.filter(pk=hook.pk).update(
+        notice_window_ends_at=ends, notice_window_sent=5, notice_window_rules=[7], sent_count=12
+    )
+    save_channel(channel=stale, actor=admin_user)  # what the form view does with the instance it loaded
+    client = client_for(admin_user)
+    response = client.post(
+        reverse("alerts:channel-edit", args=[hook.pk]), {"name": "renamed", "kind": "webhook", "target": HOOK}
+    )
+
+    assert response.status_code in (200, 302)
+    hook.refresh_from_db()
+    assert hook.name == "renamed"
+    assert (hook.notice_window_ends_at, hook.notice_window_sent, hook.notice_window_rules, hook.sent_count) == (
+        ends,
+        5,
+        [7],
+        12,
+    )
 
 
 def sweep_in_thread(now: dt.datetime, outcome: list[int]) -> None:
