@@ -62,8 +62,10 @@ class Outcome:
         return self.status == CONFIRMED
 
 
-# Frames held back while a pump publishes, at most: about a hundred small messages' frames go out in one write.
+# Frames held back while a pump publishes, at most: about a hundred small messages' frames go out in one write,
+# and never more than HELD_BYTES (large bodies go out as they come).
 HELD_FRAMES = 300
+HELD_BYTES = 1 << 20
 
 
 class _CoalescingConnection(pika.SelectConnection):
@@ -74,6 +76,7 @@ class _CoalescingConnection(pika.SelectConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.holding = False
         self._held: list[bytes] = []
+        self._held_bytes = 0
         super().__init__(*args, **kwargs)
 
     def _adapter_emit_data(self, data: bytes) -> None:
@@ -81,13 +84,15 @@ class _CoalescingConnection(pika.SelectConnection):
             super()._adapter_emit_data(data)
             return
         self._held.append(data)
-        if len(self._held) >= HELD_FRAMES:
+        self._held_bytes += len(data)
+        if len(self._held) >= HELD_FRAMES or self._held_bytes >= HELD_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self._held:
-            data, self._held = b"".join(self._held), []
-            super()._adapter_emit_data(data)
+        """Write what is held; once the connection is closed there is nowhere to write it, and it is dropped."""
+        held, self._held, self._held_bytes = self._held, [], 0
+        if held and not self.is_closed:
+            super()._adapter_emit_data(b"".join(held))
 
 
 class ConfirmedPublisher:
@@ -277,9 +282,9 @@ class ConfirmedPublisher:
             self._send_window()
         finally:
             connection.holding = False
-            # After a lost connection the held frames go nowhere: their messages are reported unconfirmed.
-            if connection.is_open:
-                connection.flush()
+            # A connection closing meanwhile still needs its Close frame written to finish closing; after a lost
+            # connection the held frames go nowhere, and their messages are reported unconfirmed.
+            connection.flush()
         self._maybe_finish()
 
     def _send_window(self) -> None:
