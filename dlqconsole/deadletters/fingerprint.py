@@ -155,12 +155,15 @@ def _mask_word(word: str) -> str:
         if len(word) >= 8 and LETTER_ID.fullmatch(word):
             return "<ID>"
         return word
-    if IPV4.fullmatch(word):
+    # Cheap tests first (`\d` is `isdecimal`), then the patterns only where they can match.
+    if word.isdecimal():
+        return "<NUM>"
+    if "." in word and IPV4.fullmatch(word):
         return "<IP>"
     number = NUMBER.fullmatch(word)
     if number:
         return "<NUM>" + (number.group(1) or "")
-    if UUID.fullmatch(word):
+    if len(word) == 36 and UUID.fullmatch(word):
         return "<UUID>"
     if HEX.fullmatch(word):
         return "<HEX>"
