@@ -72,7 +72,7 @@ def test_webhook_receives_the_alert_as_json(webhook: Channel, receiver: Receiver
 def test_slack_message_is_escaped_text(receiver: Receiver) -> None:
     slack = Channel.objects.create(name="slack", kind="slack", target=receiver.url)
     rule("new_pattern", channels=[slack])
-    ingest(1, queue="orders.dlq", message="Request <b>timed</b> out & failed", error_type="TimeoutError")
+    ingest(1, queue="orders.dlq", message="Request <b>timed</b> out & failed @channel", error_type="TimeoutError")
     evaluate_rules()
     notification = Notification.objects.get(channel=slack)
 
@@ -83,6 +83,8 @@ def test_slack_message_is_escaped_text(receiver: Receiver) -> None:
     text = request.body["text"]
     assert "&lt;b&gt;timed&lt;/b&gt; out &amp; failed" in text
     assert "<b>" not in text
+    # No mention on Slack-compatible servers that read a plain @channel (Mattermost, Rocket.Chat).
+    assert "@\u200bchannel" in text and "@channel" not in text
     assert f"/alerts/{Alert.objects.get().pk}/|" in text
 
 

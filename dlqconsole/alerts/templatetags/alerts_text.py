@@ -18,8 +18,10 @@ register = template.Library()
 
 @register.filter
 def slack_escape(value: object) -> str:
-    """Slack markup treats &, < and > as control characters (links, mentions); these are its escapes."""
-    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Slack markup treats &, < and > as control characters (links, mentions); these are its escapes. The
+    Slack-compatible servers (Mattermost, Rocket.Chat) also turn a plain @channel, @here, @all or @name into a
+    mention: a zero-width space after every @ keeps text from a dead letter from paging a whole team."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("@", "@\u200b")
 
 
 @register.filter
