@@ -279,6 +279,8 @@ class NotificationStatus(models.TextChoices):
     HELD = "held", "Held for digest"
     # Went out inside the digest it points to (whose own status is the outcome).
     DIGESTED = "digested", "In digest"
+    # Held, then its alert (or rule) was silenced before the digest went: not sent, as a silence asks.
+    SILENCED = "silenced", "Silenced before its digest"
 
 
 class Notification(models.Model):

@@ -499,10 +499,15 @@ def send_due_digests(*, now: dt.datetime | None = None) -> int:
 
 def _digest_channel(channel: Channel, *, now: dt.datetime) -> Notification | None:
     held = list(
-        Notification.objects.filter(channel=channel, status=NotificationStatus.HELD, next_attempt_at__lte=now).order_by(
-            "id"
-        )
+        Notification.objects.filter(channel=channel, status=NotificationStatus.HELD, next_attempt_at__lte=now)
+        .select_related("alert__rule")
+        .order_by("id")
     )
+    # Silenced since they were held (an operator silencing a storm): a silence means nothing more is sent.
+    silenced = [notice.pk for notice in held if notice.alert is not None and _silenced(notice.alert, now=now)]
+    if silenced:
+        Notification.objects.filter(pk__in=silenced).update(status=NotificationStatus.SILENCED, next_attempt_at=None)
+        held = [notice for notice in held if notice.alert is None or not _silenced(notice.alert, now=now)]
     if channel.notice_window_ends_at is not None and channel.notice_window_ends_at <= now:
         # The window is over: the channel is quiet again until its next notice.
         Channel.objects.filter(pk=channel.pk).update(
@@ -527,6 +532,10 @@ def _digest_channel(channel: Channel, *, now: dt.datetime) -> Notification | Non
         status=NotificationStatus.DIGESTED, digest=digest, next_attempt_at=None
     )
     return digest
+
+
+def _silenced(alert: Alert, *, now: dt.datetime) -> bool:
+    return alert.is_silenced(now) or alert.rule.is_silenced(now)
 
 
 def digest_context(notices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -39,7 +39,12 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
-FINAL_NOTIFICATION_STATUSES = (NotificationStatus.SENT, NotificationStatus.FAILED, NotificationStatus.DIGESTED)
+FINAL_NOTIFICATION_STATUSES = (
+    NotificationStatus.SENT,
+    NotificationStatus.FAILED,
+    NotificationStatus.DIGESTED,
+    NotificationStatus.SILENCED,
+)
 
 
 class HtmxHttpRequest(HttpRequest):

@@ -228,6 +228,44 @@ def test_reminders_and_recoveries_count_against_the_budget(hook: Channel) -> Non
 
 
 @override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_notices_silenced_while_held_stay_out_of_the_digest(
+    http: responses.RequestsMock, hook: Channel, new_pattern_rule: AlertRule
+) -> None:
+    storm(4)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    held = list(Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).order_by("pk"))
+    assert len(held) == 3
+    # An operator silences one of the storm's alerts before the window ends.
+    Alert.objects.filter(pk=held[0].alert_id).update(silenced_until=now + dt.timedelta(hours=1))
+
+    assert send_due_digests(now=now + WINDOW) == 1
+
+    held[0].refresh_from_db()
+    assert held[0].status == NotificationStatus.SILENCED and held[0].digest is None
+    digest = Notification.objects.get(kind=NotificationKind.DIGEST)
+    assert digest.context["count"] == 2
+    assert {notice["alert_id"] for notice in digest.context["notices"]} == {held[1].alert_id, held[2].alert_id}
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
+def test_a_rule_silenced_while_its_notices_are_held_sends_no_digest(hook: Channel, new_pattern_rule: AlertRule) -> None:
+    storm(3)
+    now = timezone.now()
+    evaluate_rules(now=now)
+    AlertRule.objects.filter(pk=new_pattern_rule.pk).update(silenced_until=now + dt.timedelta(hours=1))
+
+    assert send_due_digests(now=now + WINDOW) == 0
+
+    assert not Notification.objects.filter(kind=NotificationKind.DIGEST).exists()
+    assert set(
+        Notification.objects.filter(channel=hook)
+        .exclude(status=NotificationStatus.QUEUED)
+        .values_list("status", flat=True)
+    ) == {NotificationStatus.SILENCED}
+
+
+@override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
 def test_test_sends_are_never_held_or_counted(hook: Channel, new_pattern_rule: AlertRule) -> None:
     storm(1)
     evaluate_rules()
