@@ -237,7 +237,8 @@ def test_notices_silenced_while_held_stay_out_of_the_digest(
     held = list(Notification.objects.filter(channel=hook, status=NotificationStatus.HELD).order_by("pk"))
     assert len(held) == 3
     # An operator silences one of the storm's alerts before the window ends.
-    Alert.objects.filter(pk=held[0].alert_id).update(silenced_until=now + dt.timedelta(hours=1))
+    assert held[0].alert is not None
+    Alert.objects.filter(pk=held[0].alert.pk).update(silenced_until=now + dt.timedelta(hours=1))
 
     assert send_due_digests(now=now + WINDOW) == 1
 
