@@ -643,6 +643,8 @@ def test_pages_show_held_notices_and_the_digest_they_went_in(
 
     assert "held</span> for a digest" not in channels
     assert f"#{digest.pk}: 2 notices" in fragment
+    # Each notice that went in it links to the digest's own page.
+    assert fragment.count(f'href="{reverse("alerts:notification", args=[digest.pk])}"') == 2
     assert f'<span class="chip st-queued">Queued</span> in digest #{digest.pk}' in alert_page
     Notification.objects.filter(pk=digest.pk).update(status=NotificationStatus.SENT)
     alert_page = client.get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
