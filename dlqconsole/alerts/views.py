@@ -157,6 +157,7 @@ def alert_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "notifications": _alert_notifications(alert),
         "silence_form": SilenceForm(),
         "can_operate": has_role(request.user, OPERATOR),
+        "is_admin": has_role(request.user, ADMIN),
         "now": timezone.now(),
     }
     return render(request, _fragment(request, "alerts/detail.html", "summary"), context)

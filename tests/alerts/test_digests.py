@@ -618,7 +618,7 @@ def test_digest_context_counts_every_notice_and_lists_the_first_fifty() -> None:
 
 @override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
 def test_pages_show_held_notices_and_the_digest_they_went_in(
-    hook: Channel, new_pattern_rule: AlertRule, admin_user: User
+    hook: Channel, new_pattern_rule: AlertRule, admin_user: User, viewer: User
 ) -> None:
     storm(3)
     now = timezone.now()
@@ -645,10 +645,14 @@ def test_pages_show_held_notices_and_the_digest_they_went_in(
     assert f"#{digest.pk}: 2 notices" in fragment
     # Each notice that went in it links to the digest's own page.
     assert fragment.count(f'href="{reverse("alerts:notification", args=[digest.pk])}"') == 2
-    assert f'<span class="chip st-queued">Queued</span> in digest #{digest.pk}' in alert_page
+    digest_link = f'<a href="{reverse("alerts:notification", args=[digest.pk])}">#{digest.pk}</a>'
+    assert f'<span class="chip st-queued">Queued</span> in digest {digest_link}' in alert_page
     Notification.objects.filter(pk=digest.pk).update(status=NotificationStatus.SENT)
     alert_page = client.get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
-    assert f'<span class="chip st-sent">Sent</span> in digest #{digest.pk}' in alert_page
+    assert f'<span class="chip st-sent">Sent</span> in digest {digest_link}' in alert_page
+    # A viewer reads the same, without a link to a page only admins may open.
+    viewer_page = client_for(viewer).get(reverse("alerts:detail", args=[held_alert.alert.pk])).content.decode()
+    assert f'<span class="chip st-sent">Sent</span> in digest #{digest.pk}' in viewer_page
 
 
 @override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
