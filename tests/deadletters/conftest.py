@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from dlqconsole.deadletters.grouping.rules import forget_rules
@@ -102,3 +104,19 @@ def patterns_by_message(rows: list[DeadLetter]) -> dict[str, str]:
             rows, [DeadLetter.objects.values_list("pattern_id", flat=True).get(pk=row.pk) for row in rows], strict=True
         )
     }
+
+
+@pytest.fixture
+def migrate() -> Iterator[Any]:
+    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
+
+    def to(targets: list[tuple[str, str]]) -> Any:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    yield to
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

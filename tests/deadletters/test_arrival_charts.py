@@ -4,13 +4,10 @@ does not make past arrivals vanish from them; an upgraded console's charts are s
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from dlqconsole.deadletters import selectors
@@ -73,22 +70,6 @@ def test_archive_retention_leaves_the_arrivals_counted(admin_user: User) -> None
 def test_arrival_buckets_are_whole_minutes() -> None:
     with pytest.raises(ValueError, match="whole number of minutes"):
         selectors.arrivals(width=dt.timedelta(seconds=90), buckets=4)
-
-
-@pytest.fixture
-def migrate() -> Iterator[Any]:
-    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
-
-    def to(targets: list[tuple[str, str]]) -> Any:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(targets)
-        return executor.loader.project_state(targets).apps
-
-    yield to
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db(transaction=True)

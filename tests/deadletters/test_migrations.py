@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 BEFORE = [("deadletters", "0006_drop_replaying_status")]
 AFTER = [("deadletters", "0008_remove_patterncluster_token_count")]
-
-
-@pytest.fixture
-def migrate() -> Iterator[Any]:
-    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
-
-    def to(targets: list[tuple[str, str]]) -> Any:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(targets)
-        return executor.loader.project_state(targets).apps
-
-    yield to
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_clusters_keyed_by_token_count_become_clusters_keyed_by_first_word(migrate: Any) -> None:
