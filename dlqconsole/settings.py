@@ -165,6 +165,7 @@ CONTROL_TASKS = (
     "alerts.send_notification",
     "alerts.retry_notifications",
     "alerts.sample_queues",
+    "alerts.prune_notifications",
     "operations.sweep_operations",
     "operations.schedule_new_dead_letters",
     "operations.start_due_retries",
@@ -210,6 +211,8 @@ DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1
 DLQ_ALERT_EVALUATION_SECONDS = env_float("DLQ_ALERT_EVALUATION_SECONDS", 2.0, minimum=0.5)
 DLQ_QUEUE_SAMPLE_SECONDS = env_float("DLQ_QUEUE_SAMPLE_SECONDS", 5.0, minimum=1.0)
 DLQ_QUEUE_SAMPLE_RETENTION_HOURS = env_int("DLQ_QUEUE_SAMPLE_RETENTION_HOURS", 48, minimum=1)
+# Sent, failed, digested and silenced notifications are deleted this long after they were created (hourly).
+DLQ_NOTIFICATION_RETENTION_DAYS = env_int("DLQ_NOTIFICATION_RETENTION_DAYS", 90, minimum=1)
 CELERY_BEAT_SCHEDULE |= {
     "alerts-evaluate": {
         "task": "alerts.evaluate_alerts",
@@ -222,6 +225,11 @@ CELERY_BEAT_SCHEDULE |= {
         "options": {"expires": 2 * DLQ_QUEUE_SAMPLE_SECONDS},
     },
     "alerts-retry-notifications": {"task": "alerts.retry_notifications", "schedule": 5.0, "options": {"expires": 30}},
+    "alerts-notification-retention": {
+        "task": "alerts.prune_notifications",
+        "schedule": 3600.0,
+        "options": {"expires": 1800},
+    },
 }
 
 # Dead-letter queues drained by consume_dlq when --queues is not given.

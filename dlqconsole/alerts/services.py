@@ -471,6 +471,39 @@ def enqueue_due_notifications(*, now: dt.datetime | None = None) -> int:
     return len(due)
 
 
+# Notifications whose story has ended: sent, failed for good, gone out in a digest, or dropped by a silence.
+FINISHED_STATUSES = (
+    NotificationStatus.SENT,
+    NotificationStatus.FAILED,
+    NotificationStatus.DIGESTED,
+    NotificationStatus.SILENCED,
+)
+
+
+def prune_notifications(*, now: dt.datetime | None = None, batch_size: int = 5000) -> int:
+    """Delete finished notifications created more than DLQ_NOTIFICATION_RETENTION_DAYS ago, in batches (the
+    hourly retention task); one still waiting (queued, sending, retrying, held) is kept whatever its age. The
+    audit log keeps the count. Returns how many went."""
+    now = now or timezone.now()
+    cutoff = now - dt.timedelta(days=settings.DLQ_NOTIFICATION_RETENTION_DAYS)
+    old = Notification.objects.filter(created_at__lt=cutoff, status__in=FINISHED_STATUSES).order_by("pk")
+    deleted = 0
+    while ids := list(old.values_list("pk", flat=True)[:batch_size]):
+        Notification.objects.filter(pk__in=ids).delete()
+        deleted += len(ids)
+    if deleted:
+        record_audit(
+            actor=None,
+            action="alerts.notification.retention",
+            target="notifications",
+            filter={"status": list(FINISHED_STATUSES), "until": cutoff.isoformat()},
+            count=deleted,
+            detail=f"deleted {deleted} finished notifications created more than "
+            f"{settings.DLQ_NOTIFICATION_RETENTION_DAYS} days ago",
+        )
+    return deleted
+
+
 # Digests --------------------------------------------------------------------------------------------------------
 
 

@@ -27,3 +27,9 @@ def retry_notifications() -> None:
 @app.task(name="alerts.sample_queues", ignore_result=True)
 def sample_queues() -> None:
     sampling.sample_queue_depths()
+
+
+@app.task(name="alerts.prune_notifications", ignore_result=True)
+def prune_notifications() -> None:
+    """Hourly retention: finished notifications older than DLQ_NOTIFICATION_RETENTION_DAYS."""
+    services.prune_notifications()

@@ -25,6 +25,7 @@ from dlqconsole.alerts.services import (
     deliver_notification,
     enqueue_due_notifications,
     evaluate_rules,
+    prune_notifications,
     send_test_notification,
 )
 from tests.alerts.conftest import Receiver, ingest, rule
@@ -244,6 +245,34 @@ def test_sweep_requeues_lost_tasks_and_stuck_sends_but_not_future_retries(webhoo
 
     statuses = dict(Notification.objects.values_list("pk", "status"))
     assert statuses == {lost.pk: "queued", stuck.pk: "queued", waiting.pk: "retrying"}
+
+
+@override_settings(DLQ_NOTIFICATION_RETENTION_DAYS=30)
+def test_retention_deletes_only_old_finished_notifications(webhook: Channel) -> None:
+    now = timezone.now()
+    old = now - dt.timedelta(days=31)
+    gone = [
+        Notification.objects.create(channel=webhook, kind="firing", status=status, created_at=old)
+        for status in ("sent", "failed", "digested", "silenced")
+    ]
+    kept_waiting = [
+        Notification.objects.create(channel=webhook, kind="firing", status=status, created_at=old)
+        for status in ("queued", "sending", "retrying", "held")
+    ]
+    kept_recent = Notification.objects.create(
+        channel=webhook, kind="firing", status="sent", created_at=now - dt.timedelta(days=29)
+    )
+
+    assert prune_notifications(now=now, batch_size=3) == len(gone)
+
+    assert set(Notification.objects.values_list("pk", flat=True)) == {
+        *(row.pk for row in kept_waiting),
+        kept_recent.pk,
+    }
+    audit = AuditEntry.objects.get(action="alerts.notification.retention")
+    assert audit.count == len(gone) and audit.actor is None
+    assert prune_notifications(now=now) == 0
+    assert AuditEntry.objects.filter(action="alerts.notification.retention").count() == 1
 
 
 def test_evaluation_never_waits_for_a_channel(webhook: Channel, receiver: Receiver) -> None:
