@@ -82,6 +82,7 @@ class HtmxHttpRequest(HttpRequest):
 
 
 PATTERN_PAGE_SIZE = 50
+MAX_PATTERN_PAGE = 1_000_000
 PATTERN_SORTS = {
     "waiting": ("-waiting", "-last_seen_at"),
     "total": ("-total_count", "-last_seen_at"),
@@ -169,7 +170,8 @@ def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySe
 def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
     patterns, chosen = _pattern_queryset(request.GET, user_id=request.user.pk)
     try:
-        page = max(int(request.GET.get("page", "1")), 1)
+        # Bounded so that the offset stays a number the database takes; pages that far out are simply empty.
+        page = min(max(int(request.GET.get("page", "1")), 1), MAX_PATTERN_PAGE)
     except ValueError:
         page = 1
     # Patterns number in the hundreds, not millions: a plain offset page is cheap here.

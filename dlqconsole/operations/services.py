@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 Actor = AbstractBaseUser | AnonymousUser | None
 # Breakdown tables keep the biggest entries; the rest are summed under "other".
 BREAKDOWN_ROWS = 50
+# Bounds on numbers typed into a plan: far beyond any real DLQ, and within the columns and SQL that hold them.
+MAX_LIMIT = 1_000_000_000
+MAX_CANARY = 1_000_000
 NO_DESTINATION = "no known destination (no queue, exchange or routing key in its x-death)"
 
 __all__ = [
@@ -138,10 +141,12 @@ def plan_operation(
             raise OperationError(str(error)) from None
     if canary_size < 0:
         raise OperationError("the canary size cannot be negative")
+    if canary_size > MAX_CANARY:
+        raise OperationError(f"the canary size must be at most {MAX_CANARY:,}")
     if canary_size and kind not in PUBLISHING_KINDS:
         raise OperationError(f"a {kind} publishes nothing, so it has no canary")
-    if limit is not None and limit < 1:
-        raise OperationError("the limit must be at least 1")
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise OperationError(f"the limit must be between 1 and {MAX_LIMIT:,}")
     wait = settings.DLQ_CANARY_WAIT_SECONDS if canary_wait_seconds is None else canary_wait_seconds
     if wait < 0:
         raise OperationError("the canary wait cannot be negative")

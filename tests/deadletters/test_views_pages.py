@@ -197,6 +197,16 @@ def test_patterns_page_sorts_by_waiting_and_hides_triage_controls_from_viewers(v
     assert "/status/" not in html and "/patterns/merge/" not in html and "/operations/plan/" not in html
 
 
+def test_patterns_page_far_past_the_last_is_empty_not_an_error(viewer_client: Client) -> None:
+    many(2)
+
+    far = viewer_client.get("/patterns/?page=99999999999999999999")
+    first = viewer_client.get("/patterns/?page=1")
+
+    assert far.status_code == 200 and "Request timed out" not in far.content.decode()
+    assert "Request timed out" in first.content.decode()
+
+
 @pytest.mark.sqlite
 def test_patterns_page_shows_triage_controls_to_operators(operator: User) -> None:
     many(1)

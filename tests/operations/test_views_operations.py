@@ -481,3 +481,17 @@ def test_a_canary_not_smaller_than_the_plan_is_refused_and_plans_nothing(operato
     assert planned.status_code == 302 and (operation.canary_size, operation.total) == (5, 16)
     detail = client.get(f"/operations/{operation.pk}/").content.decode()
     assert "5 first (31% of the plan)" in detail
+
+
+def test_numbers_too_big_for_the_database_are_refused_with_a_clear_error(operator: User) -> None:
+    letters = many(3)
+    form = {"kind": "retry", "scope": "all", "pattern": letters[0].pattern_id}
+    client = client_for(operator)
+
+    limit = client.post("/operations/plan/", {**form, "limit": "99999999999999999999"})
+    canary = client.post("/operations/plan/", {**form, "canary_size": "99999999999999999999"})
+
+    assert limit.status_code == 400 and canary.status_code == 400
+    assert "the limit must be between 1 and 1,000,000,000" in limit.content.decode()
+    assert "the canary size must be at most 1,000,000" in canary.content.decode()
+    assert Operation.objects.count() == 0
