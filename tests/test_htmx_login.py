@@ -11,11 +11,11 @@ from tests.conftest import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
-HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": "http://testserver/patterns/?status=open"}
+HTMX = {"HX-Request": "true", "HX-Current-URL": "http://testserver/patterns/?status=open"}
 
 
 def test_signed_out_htmx_poll_redirects_the_window_to_the_login_and_back() -> None:
-    response = Client().get("/?fragment=panels", **HTMX)
+    response = Client().get("/?fragment=panels", headers=HTMX)
 
     assert response.status_code == 200
     assert response["HX-Redirect"] == "/login/?next=%2Fpatterns%2F%3Fstatus%3Dopen"
@@ -26,13 +26,13 @@ def test_signed_out_htmx_post_is_not_acted_on_and_redirects_to_the_login(operato
     client = client_for(operator)
     client.logout()
 
-    response = client.post("/patterns/1/status/", {"status": "acknowledged"}, **HTMX)
+    response = client.post("/patterns/1/status/", {"status": "acknowledged"}, headers=HTMX)
 
     assert response["HX-Redirect"].startswith("/login/?next=")
 
 
 def test_a_current_url_on_another_host_is_not_followed_after_login() -> None:
-    response = Client().get("/", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="https://evil.example/phish")
+    response = Client().get("/", headers={"HX-Request": "true", "HX-Current-URL": "https://evil.example/phish"})
 
     assert response["HX-Redirect"] == "/login/?next=%2F"
 
@@ -44,6 +44,6 @@ def test_signed_out_full_page_still_gets_the_plain_redirect() -> None:
 
 
 def test_signed_in_htmx_requests_are_untouched(viewer: User) -> None:
-    response = client_for(viewer).get("/patterns/", **HTMX)
+    response = client_for(viewer).get("/patterns/", headers=HTMX)
 
     assert response.status_code == 200 and "HX-Redirect" not in response
