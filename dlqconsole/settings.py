@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -352,6 +353,18 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 # DLQ_METRICS_MAX_QUEUES queues (the rest are summed under queue="other").
 DLQ_CONSOLE_URL = env_str("DLQ_CONSOLE_URL", "http://localhost:8000")
 DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+# Networks webhook and Slack notifications are never sent to, checked when a channel is saved and on the addresses
+# a host name resolves to when it is sent: link-local (169.254.169.254 is the cloud metadata service),
+# 0.0.0.0/8, broadcast and multicast. Loopback and private ranges stay allowed (receivers inside the network).
+DLQ_WEBHOOK_DENIED_NETWORKS = env_list(
+    "DLQ_WEBHOOK_DENIED_NETWORKS",
+    ["169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "255.255.255.255/32", "224.0.0.0/4", "::/128", "ff00::/8"],
+)
+for _network in DLQ_WEBHOOK_DENIED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"DLQ_WEBHOOK_DENIED_NETWORKS: {_network!r} is not a network (CIDR)") from None
 DLQ_NOTIFICATION_RETRY_SECONDS = env_float("DLQ_NOTIFICATION_RETRY_SECONDS", 10.0, minimum=0.0)
 DLQ_NOTIFICATION_MAX_ATTEMPTS = env_int("DLQ_NOTIFICATION_MAX_ATTEMPTS", 5, minimum=1)
 DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)

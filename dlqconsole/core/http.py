@@ -2,21 +2,39 @@
 
 Every request has a connect and a read timeout, never follows redirects and says who is calling, so a slow or
 misbehaving receiver costs a bounded amount of time. Failures raise HttpError, which tells whether trying again
-later could help (`permanent=False`: network trouble, timeouts, 5xx, 429) or not (`permanent=True`: a bad URL
-or a 4xx answer such as 404 or 410).
+later could help (`permanent=False`: network trouble, timeouts, 5xx, 429) or not (`permanent=True`: a bad URL,
+a refused address, or a 4xx answer such as 404 or 410).
+
+Addresses in DLQ_WEBHOOK_DENIED_NETWORKS (link-local, where cloud metadata services answer; 0.0.0.0/8;
+multicast) are never connected to. The check runs on the addresses the host name resolves to, inside the
+connection, and the connection is then made to exactly the address checked: a name that resolves to something
+harmless when the channel is saved and to 169.254.169.254 later (DNS rebinding) is still refused. Loopback and
+private ranges stay allowed: receivers and Slack proxies inside the network are legitimate.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import urllib3.exceptions
 from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NameResolutionError
 
 USER_AGENT = "dlqconsole-notifier/1"
 # Statuses that may succeed when tried again later; every other 4xx means the request itself is wrong.
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 
 
 class HttpError(Exception):
@@ -27,6 +45,143 @@ class HttpError(Exception):
         self.permanent = permanent
 
 
+class DeniedAddressError(Exception):
+    """The target is, or resolves to, an address in DLQ_WEBHOOK_DENIED_NETWORKS. Deliberately not an OSError,
+    so urllib3 does not wrap it as a connection failure worth retrying."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@functools.cache
+def _parse_networks(networks: tuple[str, ...]) -> tuple[IpNetwork, ...]:
+    return tuple(ipaddress.ip_network(network, strict=False) for network in networks)
+
+
+def denied_networks() -> tuple[IpNetwork, ...]:
+    return _parse_networks(tuple(settings.DLQ_WEBHOOK_DENIED_NETWORKS))
+
+
+def _plain(address: IpAddress) -> IpAddress:
+    # ::ffff:169.254.169.254 reaches the same place as 169.254.169.254.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def refusal(address: IpAddress, *, host: str | None = None) -> str | None:
+    """Why the console will not send to `address` (what `host` resolved to), or None when it may."""
+    address = _plain(address)
+    for network in denied_networks():
+        if address.version == network.version and address in network:
+            if address.is_link_local:
+                what = "a link-local address (where cloud metadata services answer)"
+            elif address.is_multicast:
+                what = "a multicast address"
+            elif address.is_unspecified or address in THIS_NETWORK:
+                what = "a 'this network' address, never a receiver"
+            else:
+                what = "a denied address"
+            where = f"{host} resolves to {address}," if host and literal_address(host) is None else f"{address} is"
+            return f"{where} {what}: DLQ_WEBHOOK_DENIED_NETWORKS ({network}) keeps notifications away from it"
+    return None
+
+
+def literal_address(host: str) -> IpAddress | None:
+    """The IP address a URL's host names literally (`[fe80::1]` included), or None for a host name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def _resolve(host: str, port: int) -> list[str]:
+    """Every address `host` resolves to, in the resolver's order, without repeats."""
+    found = socket.getaddrinfo(host.strip("[]"), port, 0, socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(entry[4][0]) for entry in found))
+
+
+class _GuardedConnectionMixin:
+    """Resolves the host itself, refuses when any address is denied, then connects to the checked addresses only
+    (urllib3 connects to `_dns_host`; TLS still verifies the certificate against the host name)."""
+
+    host: str
+    port: int
+    _dns_host: str
+
+    def _new_conn(self) -> socket.socket:
+        name = self._dns_host
+        try:
+            addresses = _resolve(name, self.port)
+        except socket.gaierror as error:
+            raise NameResolutionError(self.host, self, error) from error  # type: ignore[arg-type]
+        for address in addresses:
+            reason = refusal(ipaddress.ip_address(address.split("%", 1)[0]), host=self.host)
+            if reason is not None:
+                raise DeniedAddressError(reason)
+        last_error: Exception | None = None
+        for address in addresses:
+            self._dns_host = address
+            try:
+                return super()._new_conn()  # type: ignore[misc, no-any-return]
+            except urllib3.exceptions.HTTPError as error:
+                # The next address may answer (as urllib3 itself tries each); the last error is raised.
+                last_error = error
+            finally:
+                self._dns_host = name
+        assert last_error is not None
+        raise last_error
+
+
+class GuardedHTTPConnection(_GuardedConnectionMixin, HTTPConnection):
+    pass
+
+
+class GuardedHTTPSConnection(_GuardedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class GuardedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = GuardedHTTPConnection
+
+
+class GuardedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = GuardedHTTPSConnection
+
+
+class GuardedAdapter(HTTPAdapter):
+    """requests' adapter with connections that refuse denied addresses."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {  # type: ignore[attr-defined]
+            "http": GuardedHTTPConnectionPool,
+            "https": GuardedHTTPSConnectionPool,
+        }
+
+
+def check_target(url: str) -> None:
+    """Refuse a URL whose host is a denied address, before any connection. Behind a proxy the proxy resolves
+    the name, so the name is resolved here too (best effort: the proxy may see another answer)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    address = literal_address(host)
+    if address is not None:
+        addresses = [address]
+    elif requests.utils.get_environ_proxies(url):
+        try:
+            addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in _resolve(host, parts.port or 443)]
+        except socket.gaierror:
+            addresses = []
+    else:
+        return  # the connection checks what the name resolves to
+    for each in addresses:
+        reason = refusal(each, host=host)
+        if reason is not None:
+            raise HttpError(f"Refused: {reason}", permanent=True)
+
+
 def post_json(
     url: str, *, payload: Any, headers: dict[str, str] | None = None, timeout: float | None = None
 ) -> requests.Response:
@@ -34,22 +189,29 @@ def post_json(
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise HttpError(f"Not an http(s) URL: {url[:200]!r}", permanent=True)
+    check_target(url)
     seconds = timeout if timeout is not None else settings.DLQ_HTTP_TIMEOUT_SECONDS
-    try:
-        response = requests.post(
-            url,
-            json=payload,
-            headers={"User-Agent": USER_AGENT, **(headers or {})},
-            # Connecting should be quick; the receiver gets the rest of the budget to answer.
-            timeout=(min(3.0, seconds), seconds),
-            allow_redirects=False,
-        )
-    except requests.Timeout:
-        raise HttpError(f"Timed out after {seconds:g} s") from None
-    except requests.ConnectionError as error:
-        raise HttpError(f"Connection failed: {_reason(error)}") from None
-    except requests.RequestException as error:
-        raise HttpError(f"Request failed: {_reason(error)}", permanent=True) from None
+    with requests.Session() as session:
+        adapter = GuardedAdapter(max_retries=0)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        try:
+            response = session.post(
+                url,
+                json=payload,
+                headers={"User-Agent": USER_AGENT, **(headers or {})},
+                # Connecting should be quick; the receiver gets the rest of the budget to answer.
+                timeout=(min(3.0, seconds), seconds),
+                allow_redirects=False,
+            )
+        except DeniedAddressError as error:
+            raise HttpError(f"Refused: {error.message}", permanent=True) from None
+        except requests.Timeout:
+            raise HttpError(f"Timed out after {seconds:g} s") from None
+        except requests.ConnectionError as error:
+            raise HttpError(f"Connection failed: {_reason(error)}") from None
+        except requests.RequestException as error:
+            raise HttpError(f"Request failed: {_reason(error)}", permanent=True) from None
     if 200 <= response.status_code < 300:
         return response
     status = response.status_code

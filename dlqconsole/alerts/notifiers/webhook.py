@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from dlqconsole.alerts.notifiers.base import Notifier
+from dlqconsole.core.http import literal_address, refusal
 
 if TYPE_CHECKING:
     from dlqconsole.alerts.models import Notification
@@ -23,6 +25,11 @@ class WebhookNotifier(Notifier):
     def clean_target(cls, target: str) -> str:
         url = super().clean_target(target)
         URLValidator(schemes=["http", "https"], message="Enter an http(s) URL.")(url)
+        # A host name is checked on what it resolves to when a notification is sent (core/http.py).
+        address = literal_address(urlsplit(url).hostname or "")
+        reason = refusal(address) if address is not None else None
+        if reason is not None:
+            raise ValidationError(f"Not allowed: {reason}.")
         return url
 
     @classmethod
