@@ -259,18 +259,26 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
 def _control_response(request: HtmxHttpRequest, operation: Operation, done: str) -> HttpResponse:
     operation.refresh_from_db()
     if request.htmx:
-        return render(request, "operations/detail.html#progress", _detail_context(operation))
+        # The progress fragment, and the feedback region outside it emptied out of band: the action succeeded, so
+        # an error left by an earlier one goes.
+        return render(request, "operations/detail.html#control-reply", _detail_context(operation))
     messages.success(request, done)
     return redirect("operations:detail", pk=operation.pk)
 
 
-def _control_error(request: HtmxHttpRequest, operation: Operation, problem: Exception) -> HttpResponse:
+def _control_error(
+    request: HtmxHttpRequest, operation: Operation, problem: Exception, *, typed: dict[str, str] | None = None
+) -> HttpResponse:
+    """A refused control, as 409 (htmx swaps it in). The reason goes into the feedback region outside the polled
+    fragment, out of band, so the next poll does not wipe it: it stays until the next action or until dismissed.
+    Without htmx the whole page is rendered with the reason and what was typed in its field."""
+    operation.refresh_from_db()
+    context = _detail_context(operation)
+    context["control_error"] = str(problem)
+    context["typed"] = typed or {}
     if request.htmx:
-        context = _detail_context(operation)
-        context["control_error"] = str(problem)
-        return render(request, "operations/detail.html#progress", context, status=409)
-    messages.error(request, str(problem))
-    return redirect("operations:detail", pk=operation.pk)
+        return render(request, "operations/detail.html#control-reply", context, status=409)
+    return render(request, "operations/detail.html", context, status=409)
 
 
 def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation], done: str) -> HttpResponse:
@@ -297,7 +305,7 @@ def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             operation=operation, actor=request.user, typed_count=request.POST.get("typed_count", "")
         )
     except services.OperationError as problem:
-        return _control_error(request, operation, problem)
+        return _control_error(request, operation, problem, typed={"typed_count": request.POST.get("typed_count", "")})
     return _control_response(request, operation, "Started.")
 
 
@@ -325,7 +333,7 @@ def operation_rate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     try:
         services.change_rate(operation=operation, rate=rate, actor=request.user)
     except services.OperationError as problem:
-        return _control_error(request, operation, problem)
+        return _control_error(request, operation, problem, typed={"rate": rate})
     return _control_response(request, operation, f"Rate set to {rate or 'no limit'}.")
 
 

@@ -336,13 +336,13 @@ def test_a_purge_starts_only_with_its_number_of_messages_typed(
     client = client_for(admin_user)
 
     missing = client.post(f"/operations/{operation.pk}/start/", headers=HX)
-    wrong = client.post(f"/operations/{operation.pk}/start/", {"typed_count": "30"}, follow=True)
+    wrong = client.post(f"/operations/{operation.pk}/start/", {"typed_count": "30"})
 
     assert missing.status_code == 409
     assert "Nothing was deleted: type 3 (the number of messages) to purge these 3 messages." in (
         missing.content.decode()
     )
-    assert wrong.status_code == 200
+    assert wrong.status_code == 409
     assert "Nothing was deleted: you typed 30, but this purge deletes 3 messages. Type 3 to confirm." in (
         wrong.content.decode()
     )
@@ -495,3 +495,75 @@ def test_numbers_too_big_for_the_database_are_refused_with_a_clear_error(operato
     assert "the limit must be between 1 and 1,000,000,000" in limit.content.decode()
     assert "the canary size must be at most 1,000,000" in canary.content.decode()
     assert Operation.objects.count() == 0
+
+
+def _feedback(html: str) -> str:
+    """The control-feedback region of a page or reply (empty when it has none)."""
+    found = re.search(r'<div id="control-feedback".*?</div>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def _progress(html: str) -> str:
+    found = re.search(r'<section id="progress".*?</section>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def test_a_refused_start_says_why_outside_the_polled_fragment_and_keeps_the_typed_count(admin_user: User) -> None:
+    letters = many(3)
+    operation = plan_operation(kind="purge", filter={"pattern": [letters[0].pattern_id]}, actor=admin_user)
+    client = client_for(admin_user)
+    reason = "Nothing was deleted: you typed 5, but this purge deletes 3 messages. Type 3 to confirm."
+
+    reply = client.post(f"/operations/{operation.pk}/start/", {"typed_count": "5"}, headers=HX)
+    poll = client.get(f"/operations/{operation.pk}/", headers=HX)
+    page = client.post(f"/operations/{operation.pk}/start/", {"typed_count": "5"})
+
+    assert reply.status_code == 409
+    body = reply.content.decode()
+    # The reason travels out of band into the region the poll never replaces; the polled fragment has none.
+    assert 'id="control-feedback" aria-live="polite" hx-swap-oob="true"' in body
+    assert reason in _feedback(body) and reason not in _progress(body)
+    polled = poll.content.decode()
+    assert poll.status_code == 200 and "control-feedback" not in polled and 'hx-trigger="every 1s"' in polled
+    # The poll keeps the field the operator typed in (htmx moves the old one into the new fragment).
+    assert re.search(r'<input id="typed-count-\d+"[^>]*hx-preserve', polled)
+    # Without htmx, the page itself says why and keeps what was typed.
+    html = page.content.decode()
+    assert page.status_code == 409 and "<html" in html
+    assert reason in _feedback(html) and 'value="5"' in _progress(html)
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PLANNED
+
+
+def test_a_bad_rate_says_why_until_the_next_action_clears_it(operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator, rate="1/1m")
+    client = client_for(operator)
+
+    refused = client.post(f"/operations/{operation.pk}/rate/", {"rate": "garbage"}, headers=HX)
+    page = client.post(f"/operations/{operation.pk}/rate/", {"rate": "garbage"})
+    accepted = client.post(f"/operations/{operation.pk}/rate/", {"rate": "5/1s"}, headers=HX)
+
+    assert refused.status_code == 409
+    feedback = _feedback(refused.content.decode())
+    assert "hx-swap-oob" in feedback and "garbage" in feedback and 'data-testid="control-error"' in feedback
+    assert 'hx-preserve data-testid="rate-input"' in _progress(refused.content.decode())
+    assert page.status_code == 409 and 'value="garbage"' in _progress(page.content.decode())
+    assert 'data-testid="control-error"' in _feedback(page.content.decode())
+    # The next action that works empties the region out of band.
+    assert accepted.status_code == 200
+    cleared = _feedback(accepted.content.decode())
+    assert "hx-swap-oob" in cleared and "error-box" not in cleared
+    assert Operation.objects.get(pk=operation.pk).rate == "5/1s"
+
+
+def test_a_conflict_is_shown_in_the_feedback_region_with_a_dismiss_link(operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+
+    response = client_for(operator).post(f"/operations/{operation.pk}/resume/", headers=HX)
+
+    assert response.status_code == 409
+    feedback = _feedback(response.content.decode())
+    assert "only a paused one can resume" in feedback
+    assert f'href="/operations/{operation.pk}/" data-dismiss>Dismiss</a>' in feedback
