@@ -23,6 +23,7 @@ from django.db.models import Sum
 from django.urls import NoReverseMatch, reverse
 
 from dlqconsole.alerts.models import AlertRule, GrowthSample, RuleKind, Severity
+from dlqconsole.core.bidi import isolate
 from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
@@ -350,11 +351,11 @@ def _pattern_label(pattern: PatternFacts) -> str:
     """The pattern's template, cut at a word with an ellipsis when it is long."""
     template = pattern.template
     if len(template) <= LABEL_CHARS:
-        return template or f"pattern #{pattern.pk}"
+        return isolate(template) or f"pattern #{pattern.pk}"
     cut = template[: LABEL_CHARS - 1]
     if " " in cut[LABEL_CHARS // 2 :]:
         cut = cut.rsplit(" ", 1)[0]
-    return cut.rstrip(" ,;:·←→") + "…"
+    return isolate(cut.rstrip(" ,;:·←→") + "…")
 
 
 def dlq_not_empty(rule: AlertRule, facts: Facts) -> RuleResult:
@@ -380,9 +381,9 @@ def dlq_not_empty(rule: AlertRule, facts: Facts) -> RuleResult:
         if waiting > threshold:
             detail = f" ({in_broker:,} not yet ingested)" if in_broker else ""
             result.holding[queue_subject(queue)] = Observation(
-                label=queue,
+                label=isolate(queue),
                 value=waiting,
-                summary=f"{queue}: {_plural(waiting, 'dead letter')} waiting{detail}.",
+                summary=f"{isolate(queue)}: {_plural(waiting, 'dead letter')} waiting{detail}.",
                 link=_queue_link(queue),
             )
     return result
@@ -405,7 +406,7 @@ def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
         for queue in sorted(facts.dead_letter_queues):
             if facts.in_scope(rule, queue):
                 total = facts.stored_by_queue.get(queue, 0) + facts.broker_depth(queue)
-                totals[queue_subject(queue)] = (queue, total, facts.ignored_basis, _queue_link(queue))
+                totals[queue_subject(queue)] = (isolate(queue), total, facts.ignored_basis, _queue_link(queue))
     result = RuleResult()
     bases = {basis for _label, _total, basis, _link in totals.values()}
     before_of: dict[str, int | None] = {}
@@ -450,9 +451,9 @@ def queue_depth(rule: AlertRule, facts: Facts) -> RuleResult:
         threshold = rule.threshold if rule.threshold is not None else depth_threshold(queue, rule.severity)
         if sample.messages >= threshold:
             result.holding[subject] = Observation(
-                label=queue.name,
+                label=isolate(queue.name),
                 value=sample.messages,
-                summary=f"{queue.name}: {_plural(sample.messages, 'message')} ready "
+                summary=f"{isolate(queue.name)}: {_plural(sample.messages, 'message')} ready "
                 f"({rule.severity} at {threshold:g}), {_plural(sample.consumers, 'consumer')}.",
                 link=safe_reverse("alerts:queues"),
             )
@@ -518,7 +519,9 @@ def oldest_age(rule: AlertRule, facts: Facts) -> RuleResult:
     else:
         for queue in sorted(facts.parked_by_queue):
             if facts.in_scope(rule, queue):
-                candidates.append((queue_subject(queue), queue, facts.oldest_parked(queue=queue), _queue_link(queue)))
+                candidates.append(
+                    (queue_subject(queue), isolate(queue), facts.oldest_parked(queue=queue), _queue_link(queue))
+                )
     for subject, label, oldest, link in candidates:
         if oldest is None:
             continue
@@ -550,7 +553,7 @@ def operation_paused(rule: AlertRule, facts: Facts) -> RuleResult:
         if rule.queue and names and not any(facts.in_scope(rule, name) for name in names):
             continue
         label = f"{operation.get_kind_display()} #{operation.pk}"
-        reason = operation.pause_reason or "no reason recorded"
+        reason = isolate(operation.pause_reason or "no reason recorded")
         result.holding[f"operation:{operation.pk}"] = Observation(
             label=label,
             value=operation.returned,
