@@ -259,9 +259,9 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
 def _control_response(request: HtmxHttpRequest, operation: Operation, done: str) -> HttpResponse:
     operation.refresh_from_db()
     if request.htmx:
-        # The progress fragment, and the feedback region outside it emptied out of band: the action succeeded, so
-        # an error left by an earlier one goes.
-        return render(request, "operations/detail.html#control-reply", _detail_context(operation))
+        # A control's reply replaces the feedback region (the polls keep it): the action succeeded, so an error
+        # left by an earlier one goes.
+        return render(request, "operations/detail.html#progress", {**_detail_context(operation), "control_reply": True})
     messages.success(request, done)
     return redirect("operations:detail", pk=operation.pk)
 
@@ -269,15 +269,16 @@ def _control_response(request: HtmxHttpRequest, operation: Operation, done: str)
 def _control_error(
     request: HtmxHttpRequest, operation: Operation, problem: Exception, *, typed: dict[str, str] | None = None
 ) -> HttpResponse:
-    """A refused control, as 409 (htmx swaps it in). The reason goes into the feedback region outside the polled
-    fragment, out of band, so the next poll does not wipe it: it stays until the next action or until dismissed.
-    Without htmx the whole page is rendered with the reason and what was typed in its field."""
+    """A refused control, as 409 (htmx swaps it in). The reason goes into the feedback region, which the polls keep
+    (hx-preserve), so it stays until the next action or until dismissed. Without htmx the whole page is rendered
+    with the reason and what was typed in its field."""
     operation.refresh_from_db()
     context = _detail_context(operation)
     context["control_error"] = str(problem)
     context["typed"] = typed or {}
+    context["control_reply"] = True
     if request.htmx:
-        return render(request, "operations/detail.html#control-reply", context, status=409)
+        return render(request, "operations/detail.html#progress", context, status=409)
     return render(request, "operations/detail.html", context, status=409)
 
 

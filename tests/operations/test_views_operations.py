@@ -503,12 +503,7 @@ def _feedback(html: str) -> str:
     return found.group(0) if found else ""
 
 
-def _progress(html: str) -> str:
-    found = re.search(r'<section id="progress".*?</section>', html, re.S)
-    return found.group(0) if found else ""
-
-
-def test_a_refused_start_says_why_outside_the_polled_fragment_and_keeps_the_typed_count(admin_user: User) -> None:
+def test_a_refused_start_says_why_in_a_region_the_polls_keep_and_keeps_the_typed_count(admin_user: User) -> None:
     letters = many(3)
     operation = plan_operation(kind="purge", filter={"pattern": [letters[0].pattern_id]}, actor=admin_user)
     client = client_for(admin_user)
@@ -520,17 +515,18 @@ def test_a_refused_start_says_why_outside_the_polled_fragment_and_keeps_the_type
 
     assert reply.status_code == 409
     body = reply.content.decode()
-    # The reason travels out of band into the region the poll never replaces; the polled fragment has none.
-    assert 'id="control-feedback" aria-live="polite" hx-swap-oob="true"' in body
-    assert reason in _feedback(body) and reason not in _progress(body)
+    # The reply's region replaces the page's (no hx-preserve); the poll's empty one is marked to keep the page's.
+    assert reason in _feedback(body) and "hx-preserve" not in _feedback(body)
     polled = poll.content.decode()
-    assert poll.status_code == 200 and "control-feedback" not in polled and 'hx-trigger="every 1s"' in polled
+    assert poll.status_code == 200 and 'hx-trigger="every 1s"' in polled
+    assert _feedback(polled).startswith('<div id="control-feedback" aria-live="polite" hx-preserve>')
+    assert "error-box" not in _feedback(polled)
     # The poll keeps the field the operator typed in (htmx moves the old one into the new fragment).
     assert re.search(r'<input id="typed-count-\d+"[^>]*hx-preserve', polled)
     # Without htmx, the page itself says why and keeps what was typed.
     html = page.content.decode()
     assert page.status_code == 409 and "<html" in html
-    assert reason in _feedback(html) and 'value="5"' in _progress(html)
+    assert reason in _feedback(html) and re.search(r'<input id="typed-count-\d+"[^>]*value="5"', html)
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PLANNED
 
@@ -546,14 +542,16 @@ def test_a_bad_rate_says_why_until_the_next_action_clears_it(operator: User) -> 
 
     assert refused.status_code == 409
     feedback = _feedback(refused.content.decode())
-    assert "hx-swap-oob" in feedback and "garbage" in feedback and 'data-testid="control-error"' in feedback
-    assert 'hx-preserve data-testid="rate-input"' in _progress(refused.content.decode())
-    assert page.status_code == 409 and 'value="garbage"' in _progress(page.content.decode())
+    assert "hx-preserve" not in feedback and "garbage" in feedback and 'data-testid="control-error"' in feedback
+    assert 'hx-preserve data-testid="rate-input"' in refused.content.decode()
+    assert page.status_code == 409 and re.search(
+        r'<input id="rate-\d+" name="rate" value="garbage"', page.content.decode()
+    )
     assert 'data-testid="control-error"' in _feedback(page.content.decode())
-    # The next action that works empties the region out of band.
+    # The next action that works replaces the region with an empty one.
     assert accepted.status_code == 200
     cleared = _feedback(accepted.content.decode())
-    assert "hx-swap-oob" in cleared and "error-box" not in cleared
+    assert cleared and "hx-preserve" not in cleared and "error-box" not in cleared
     assert Operation.objects.get(pk=operation.pk).rate == "5/1s"
 
 
