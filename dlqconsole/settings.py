@@ -106,6 +106,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# The sign-in throttle asks first and refuses a locked user name or address; ModelBackend checks passwords.
+AUTHENTICATION_BACKENDS = [
+    "dlqconsole.accounts.signin.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# After this many failed sign-ins for one user name, or from one address, within the window, sign-in is refused
+# for the lockout (see dlqconsole/accounts/signin.py), counted in the cache below.
+DLQ_LOGIN_FAILURES_PER_USER = env_int("DLQ_LOGIN_FAILURES_PER_USER", 5, minimum=1)
+DLQ_LOGIN_FAILURES_PER_IP = env_int("DLQ_LOGIN_FAILURES_PER_IP", 20, minimum=1)
+DLQ_LOGIN_FAILURE_WINDOW = env_duration("DLQ_LOGIN_FAILURE_WINDOW", "15m", minimum=1)
+DLQ_LOGIN_LOCKOUT = env_duration("DLQ_LOGIN_LOCKOUT", "15m", minimum=1)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -152,6 +163,21 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
 REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", AMQP_URL)
+# Django's cache holds the sign-in throttle's counts: Redis when REDIS_URL is set, so every web process shares
+# them; without it each process counts on its own (local memory).
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "dlqconsole",
+            # A Redis that is gone costs a sign-in a second, not a hung request (the throttle then lets it in).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "dlqconsole")
 # Two queues. The default one carries long work (operations, which may run for hours at a low rate, and export
 # files); the control queue carries the short tasks that must never wait behind them: alert evaluation and

@@ -7,3 +7,12 @@ class AccountsConfig(AppConfig):
     name = "dlqconsole.accounts"
     label = "accounts"
     verbose_name = "Accounts"
+
+    def ready(self) -> None:
+        from django.contrib.auth.signals import user_logged_in, user_login_failed
+
+        from dlqconsole.accounts import signin
+
+        # Sign-ins are audited and throttled for every login form (the console's and the admin's).
+        user_login_failed.connect(signin.on_login_failed, dispatch_uid="dlqconsole.accounts.login_failed")
+        user_logged_in.connect(signin.on_logged_in, dispatch_uid="dlqconsole.accounts.logged_in")

@@ -1,0 +1,147 @@
+"""Failed and successful sign-ins are audited (never the password), and guessing is throttled: five failures for
+one user name, or twenty from one address, within the window refuse further attempts for the lockout, on the
+console's login page and the admin's."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from dlqconsole.accounts.models import AuditEntry
+from tests.conftest import client_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+WRONG = "hunter2-wrong-guess"
+
+
+def attempt(username: str, password: str, *, ip: str = "10.0.0.7", path: str = "/login/") -> tuple[Client, Any]:
+    """One sign-in from `ip`: the client and the login page's answer."""
+    client = Client(REMOTE_ADDR=ip)
+    return client, client.post(path, {"username": username, "password": password})
+
+
+def sign_in(username: str, password: str, *, ip: str = "10.0.0.7", path: str = "/login/") -> Client:
+    return attempt(username, password, ip=ip, path=path)[0]
+
+
+def signed_in(client: Client) -> bool:
+    return client.get("/").status_code == 200
+
+
+def test_a_failed_sign_in_is_audited_with_the_name_and_address_but_not_the_password(viewer: User) -> None:
+    sign_in(viewer.username, WRONG, ip="10.9.8.7")
+
+    entry = AuditEntry.objects.get(action="accounts.login.failed")
+    assert entry.actor is None and entry.actor_name == "anonymous"
+    assert entry.target == "user:vera-viewer"
+    assert "10.9.8.7" in entry.detail
+    row = " ".join(str(value) for value in AuditEntry.objects.values().get().values())
+    assert WRONG not in row and "****" not in row
+
+
+def test_a_failed_sign_in_with_an_unknown_name_is_audited_too(db: None) -> None:
+    sign_in("nobody-here", WRONG)
+
+    assert AuditEntry.objects.get(action="accounts.login.failed").target == "user:nobody-here"
+
+
+def test_a_successful_sign_in_is_audited(viewer: User) -> None:
+    client = sign_in(viewer.username, "pw-vera-viewer", ip="10.1.1.1")
+
+    assert signed_in(client)
+    entry = AuditEntry.objects.get(action="accounts.login")
+    assert entry.actor == viewer and "10.1.1.1" in entry.detail
+
+
+def test_force_login_writes_no_audit_row(viewer: User) -> None:
+    # Other tests sign in with force_login (tests/conftest.py client_for): they must not see extra audit rows.
+    assert signed_in(client_for(viewer))
+    assert not AuditEntry.objects.exists()
+
+
+def test_five_failures_for_a_name_refuse_it_even_with_the_right_password(viewer: User, operator: User) -> None:
+    for number in range(4):
+        assert "Too many failed" not in attempt(viewer.username, WRONG, ip=f"10.0.0.{number}")[1].content.decode()
+    fifth = attempt(viewer.username, WRONG, ip="10.0.0.99")[1]
+    # The fifth failure already says that the next attempts are refused.
+    assert fifth.status_code == 200 and "Too many failed sign-ins" in fifth.content.decode()
+
+    client, response = attempt(viewer.username, "pw-vera-viewer", ip="10.0.0.100")
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Too many failed sign-ins" in page and "even with the right password" in page
+    assert "Please enter a correct username" not in page
+    assert not signed_in(client)
+    assert AuditEntry.objects.filter(action="accounts.login.failed").count() == 5
+    refused = AuditEntry.objects.get(action="accounts.login.refused")
+    assert refused.target == "user:vera-viewer" and "10.0.0.100" in refused.detail
+    # Another user name from the same addresses is not locked.
+    assert signed_in(sign_in(operator.username, "pw-otto-operator", ip="10.0.0.99"))
+
+
+def test_the_user_name_lock_ignores_case(viewer: User) -> None:
+    for _ in range(5):
+        sign_in("Vera-Viewer", WRONG)
+
+    assert not signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+
+
+def test_twenty_failures_from_one_address_refuse_that_address(viewer: User) -> None:
+    for attempt in range(20):
+        sign_in(f"guess-{attempt}", WRONG, ip="192.0.2.1")
+
+    assert not signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="192.0.2.1"))
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="192.0.2.2"))
+
+
+def test_the_admin_login_is_throttled_too(admin_user: User) -> None:
+    admin_user.is_staff = True
+    admin_user.save()
+    for _ in range(5):
+        sign_in(admin_user.username, WRONG, path="/admin/login/")
+
+    client = sign_in(admin_user.username, "pw-ada-admin", path="/admin/login/")
+
+    assert client.get("/admin/").status_code == 302
+    assert AuditEntry.objects.filter(action="accounts.login.refused").count() == 1
+
+
+def test_a_success_before_the_limit_clears_the_name_count(viewer: User) -> None:
+    for _ in range(4):
+        sign_in(viewer.username, WRONG)
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+    for _ in range(4):
+        sign_in(viewer.username, WRONG)
+
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+
+
+def test_the_lock_ends_after_the_lockout(viewer: User, settings: Any) -> None:
+    settings.DLQ_LOGIN_LOCKOUT = 1
+    for _ in range(5):
+        sign_in(viewer.username, WRONG)
+    assert not signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+
+    time.sleep(1.1)
+
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+
+
+def test_an_unreachable_cache_lets_sign_in_through(viewer: User, settings: Any) -> None:
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:9/0",
+            "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+        }
+    }
+    sign_in(viewer.username, WRONG)
+
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer"))
+    assert AuditEntry.objects.filter(action="accounts.login.failed").count() == 1
