@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from urllib.parse import urlencode
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import uuid4
@@ -213,6 +214,8 @@ def _row_paths() -> dict[str, str]:
     return {
         "patterns_path": reverse("deadletters:patterns"),
         "messages_path": reverse("deadletters:messages"),
+        # The Waiting count links to exactly the dead letters it counts.
+        "waiting_query": urlencode({"status": ",".join(selectors.WAITING)}),
         "plan_path": reverse("operations:plan"),
     }
 

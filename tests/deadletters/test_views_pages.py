@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -195,6 +196,27 @@ def test_patterns_page_sorts_by_waiting_and_hides_triage_controls_from_viewers(v
 
     assert html.index("Request timed out") < html.index("rare failure")
     assert "/status/" not in html and "/patterns/merge/" not in html and "/operations/plan/" not in html
+
+
+def test_a_patterns_waiting_count_links_to_exactly_the_dead_letters_it_counts(viewer_client: Client) -> None:
+    letters = many(3)
+    settle_one = letters[0]
+    with transaction.atomic():
+        DeadLetter.objects.filter(pk=settle_one.pk).update(status=DeadLetterStatus.REPLAYED)
+        add_counts(
+            [
+                (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason, DeadLetterStatus.PARKED, -1),
+                (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason, DeadLetterStatus.REPLAYED, 1),
+            ]
+        )
+
+    html = viewer_client.get("/patterns/").content.decode()
+    link = re.search(rf'href="(/messages/\?pattern={settle_one.pattern_id}&amp;[^"]+)"[^>]*>2</a>', html)
+    assert link is not None, "the Waiting count (2) links to the messages page"
+    listed = viewer_client.get(link.group(1).replace("&amp;", "&")).content.decode()
+
+    assert f'href="/messages/{letters[1].pk}/"' in listed and f'href="/messages/{letters[2].pk}/"' in listed
+    assert f'href="/messages/{settle_one.pk}/"' not in listed
 
 
 def test_patterns_page_far_past_the_last_is_empty_not_an_error(viewer_client: Client) -> None:
