@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from urllib.parse import urlencode
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 from uuid import uuid4
 
 from django.conf import settings

@@ -203,12 +203,8 @@ def test_a_patterns_waiting_count_links_to_exactly_the_dead_letters_it_counts(vi
     settle_one = letters[0]
     with transaction.atomic():
         DeadLetter.objects.filter(pk=settle_one.pk).update(status=DeadLetterStatus.REPLAYED)
-        add_counts(
-            [
-                (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason, DeadLetterStatus.PARKED, -1),
-                (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason, DeadLetterStatus.REPLAYED, 1),
-            ]
-        )
+        cell = (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason)
+        add_counts([(*cell, DeadLetterStatus.PARKED, -1), (*cell, DeadLetterStatus.REPLAYED, 1)])
 
     html = viewer_client.get("/patterns/").content.decode()
     link = re.search(rf'href="(/messages/\?pattern={settle_one.pattern_id}&amp;[^"]+)"[^>]*>2</a>', html)
