@@ -745,11 +745,15 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return redirect(back_url)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
     """Merge patterns: first a preview (full templates, counts, what differs, a choice of target), then the merge.
-    Sources come from ticked boxes and from typed pattern numbers ('12, #15 31')."""
+    Sources come from ticked boxes and from typed pattern numbers ('12, #15 31'). A GET (Back or reload onto the
+    preview) goes to the patterns page: the preview is made from what was ticked, which a GET does not carry."""
     require_role(request.user, OPERATOR)
+    if request.method == "GET":
+        messages.info(request, "Tick the patterns to merge again: a merge preview is not kept.")
+        return redirect("deadletters:patterns")
     back_url = _back(request, reverse("deadletters:patterns"))
     try:
         target_id = int(request.POST.get("target", "").strip().lstrip("#"))

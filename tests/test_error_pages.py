@@ -1,0 +1,52 @@
+"""Error pages are console pages: the navigation, the reason, a phone's width; never a bare line of text."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+from tests.conftest import client_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def test_forbidden_page_says_which_role_is_needed_and_keeps_the_navigation(viewer: User) -> None:
+    response = client_for(viewer).get("/alerts/rules/")
+
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "This needs the admin role." in html and "Nothing was changed." in html
+    assert 'name="viewport"' in html and 'href="/patterns/"' in html
+
+
+def test_not_found_page_names_the_address_and_keeps_the_navigation(viewer: User) -> None:
+    response = client_for(viewer).get("/messages/987654321/")
+
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert "/messages/987654321/" in html and 'name="viewport"' in html and 'href="/messages/"' in html
+
+
+@override_settings(DATA_UPLOAD_MAX_NUMBER_FIELDS=5)
+def test_bad_request_page_is_a_console_page(operator: User) -> None:
+    response = client_for(operator).post("/patterns/merge/", {f"field{index}": "x" for index in range(10)})
+
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "Bad request" in html and "Nothing was changed." in html and 'name="viewport"' in html
+
+
+def test_back_onto_the_merge_preview_goes_to_the_patterns_page(operator: User) -> None:
+    response = client_for(operator).get("/patterns/merge/", follow=True)
+
+    assert response.redirect_chain == [("/patterns/", 302)]
+    assert "Tick the patterns to merge again" in response.content.decode()
+
+
+def test_a_viewer_cannot_reach_the_merge_even_by_get(viewer: User) -> None:
+    assert client_for(viewer).get("/patterns/merge/").status_code == 403
+
+
+def test_signed_out_merge_get_goes_to_the_login() -> None:
+    assert Client().get("/patterns/merge/")["Location"].startswith("/login/")
