@@ -669,6 +669,7 @@ def _split_form(request: HtmxHttpRequest, pattern: FailurePattern) -> dict[str, 
     form["preview"] = None
     if request.GET.get("previewed") and not pattern.merged_into_id:
         try:
+            validate_rule(name=form["name"], regex=form["regex"], header=form["header"])
             form["preview"] = split_preview(pattern=pattern, regex=form["regex"], header=form["header"])
         except PatternError as problem:
             form["problem"] = str(problem)
@@ -860,7 +861,14 @@ def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             return redirect(f"{back_url}?{query.urlencode()}#split")
         part = split_pattern(pattern=pattern, name=name, regex=regex, header=header, actor=request.user)
     except PatternError as problem:
-        messages.error(request, str(problem))
+        try:
+            validate_rule(name=name, regex=regex, header=header)
+        except PatternError:
+            # A problem with what was typed: the split card shows it beside the fields (where #split scrolls to),
+            # not at the top of the page, out of sight.
+            query["previewed"] = "1"
+        else:
+            messages.error(request, str(problem))
         return redirect(f"{back_url}?{query.urlencode()}#split")  # the form keeps what was typed
     messages.success(request, f"Split into pattern #{part.pk}.")
     return redirect("deadletters:pattern", pk=part.pk)

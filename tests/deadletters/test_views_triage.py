@@ -247,6 +247,23 @@ def test_split_preview_that_matches_nothing_offers_no_split_and_keeps_the_form(o
     assert not FailurePattern.objects.filter(template="Short timeouts").exists()
 
 
+@pytest.mark.parametrize("action", ["preview", "split"])
+def test_a_problem_with_the_typed_rule_shows_in_the_split_card(operator: User, action: str) -> None:
+    # The page scrolls to #split: a problem printed at the top of the page was out of sight.
+    letters = many(2, error="Request timed out after 3000ms")
+    client = client_for(operator)
+
+    form = {"name": "Broken", "regex": "([", "action": action}
+    response = client.post(f"/patterns/{letters[0].pattern_id}/split/", form)
+    page = client.get(response["Location"]).content.decode()
+
+    card = page[page.index('id="split"') :].split("</section>", 1)[0]
+    assert response["Location"].endswith("#split")
+    assert 'class="error-box" role="alert"' in card and "expression" in card.lower()
+    assert 'value="(["' in card
+    assert FailurePattern.objects.count() == 1
+
+
 def test_an_owner_in_other_digits_is_refused_not_a_server_error(operator: User) -> None:
     # '²' passes str.isdigit() but int() refuses it; '١' (Arabic-Indic one) would name user #1.
     (stored,) = many(1)
