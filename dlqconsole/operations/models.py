@@ -37,6 +37,16 @@ class OperationKind(models.TextChoices):
     EDIT_RETRY = "edit_retry", "Edit and retry"
 
 
+# What a message counts as once the operation has acted on it, for its figures ("29 replayed").
+DONE_WORDS: dict[str, str] = {
+    OperationKind.RETRY: "replayed",
+    OperationKind.MOVE: "moved",
+    OperationKind.PURGE: "deleted",
+    OperationKind.ARCHIVE: "archived",
+    OperationKind.RESTORE: "restored",
+    OperationKind.EDIT_RETRY: "replayed",
+}
+
 # Kinds that publish to RabbitMQ (the others only change rows).
 PUBLISHING_KINDS = frozenset({OperationKind.RETRY, OperationKind.MOVE, OperationKind.EDIT_RETRY})
 
@@ -210,6 +220,30 @@ class Operation(models.Model):
         return min(1.0, self.processed / self.total)
 
     @property
+    def done_word(self) -> str:
+        """What its succeeded messages were: "replayed", "archived"..."""
+        return DONE_WORDS.get(self.kind, "done")
+
+    def bar(self, *, not_attempted: int = 0) -> list[tuple[str, float, float]]:
+        """The progress bar's segments, (kind, left %, width %): done, failed, then skipped, each its own share
+        of the plan, so that the bar never shows skipped or failed messages as done. `not_attempted` of the
+        skipped (a cancel left them untouched) are left empty, as messages still waiting are."""
+        if not self.total:
+            return []
+        segments = []
+        left = 0.0
+        for kind, count in (
+            ("done", self.succeeded),
+            ("failed", self.failed),
+            ("skipped", max(0, self.skipped - not_attempted)),
+        ):
+            if count > 0:
+                width = min(100.0 - left, count * 100 / self.total)
+                segments.append((kind, round(left, 2), round(width, 2)))
+                left += width
+        return segments
+
+    @property
     def outcome(self) -> tuple[str, str]:
         """(label, chip style) of its state: a finished operation whose messages failed says so in red, not as a
         green "Done", and a plan discarded before it started is not called a cancelled run."""
@@ -219,6 +253,11 @@ class Operation(models.Model):
             if self.failed >= self.total:
                 return "Done: every message failed", "failed"
             return f"Done, {self.failed:,} failed", "failed"
+        if self.status == OperationStatus.DONE and self.skipped:
+            # Skipped messages were not acted on (their status had changed, another operation held them...).
+            if not self.succeeded:
+                return f"Done: nothing {self.done_word}, {self.skipped:,} skipped", "skipped"
+            return f"Done, {self.skipped:,} skipped", self.status
         return self.get_status_display(), self.status
 
     @property

@@ -23,9 +23,17 @@ from django_htmx.http import HttpResponseStopPolling
 from dlqconsole.accounts.roles import require_role
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
+from dlqconsole.deadletters.templatetags.charts import percent
 from dlqconsole.deadletters.views import HtmxHttpRequest
 from dlqconsole.operations import services
-from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, eligible_statuses, share_text
+from dlqconsole.operations.models import (
+    ItemStatus,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    eligible_statuses,
+    share_text,
+)
 
 HISTORY_PAGE_SIZE = 50
 # The token a message page gives its Retry button: one per page load, so a double click retries once.
@@ -235,10 +243,30 @@ def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "operations/detail.html", context)
 
 
+def _figures(operation: Operation) -> dict[str, Any]:
+    """What happened to its messages, each counted once: done (replayed, archived...), failed, skipped, not
+    attempted (a cancel left them), in flight, still waiting. The operation counts a cancel's leftovers among its
+    skipped; their items say "cancelled", so a cancelled operation's are counted apart here."""
+    not_attempted = 0
+    if operation.status == OperationStatus.CANCELLED and operation.skipped:
+        not_attempted = operation.items.filter(status=ItemStatus.SKIPPED, error__startswith="cancelled").count()
+    return {
+        "done": operation.succeeded,
+        "done_percent": percent(operation.succeeded, operation.total),
+        "failed": operation.failed,
+        "skipped": max(0, operation.skipped - not_attempted),
+        "not_attempted": not_attempted,
+        "in_flight": operation.in_flight,
+        "waiting": max(0, operation.remaining - operation.in_flight) if not operation.is_finished else 0,
+        "bar": operation.bar(not_attempted=not_attempted),
+    }
+
+
 def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
     return {
         "operation": operation,
+        "figures": _figures(operation),
         "filter_text": "; ".join(
             f"{name} = {', '.join(map(str, value)) if isinstance(value, list) else value}"
             for name, value in (operation.filter or {}).items()

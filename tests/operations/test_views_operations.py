@@ -13,7 +13,7 @@ from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern
-from dlqconsole.operations.models import Operation, OperationStatus
+from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationStatus
 from dlqconsole.operations.services import plan_operation, run_operation
 from tests.conftest import client_for
 from tests.deadletters.page_world import many
@@ -565,3 +565,60 @@ def test_a_conflict_is_shown_in_the_feedback_region_with_a_dismiss_link(operator
     feedback = _feedback(response.content.decode())
     assert "only a paused one can resume" in feedback
     assert f'href="/operations/{operation.pk}/" data-dismiss>Dismiss</a>' in feedback
+
+
+def test_a_cancelled_operation_counts_done_skipped_and_not_attempted_apart(operator: User) -> None:
+    letters = many(7)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    items = list(operation.items.order_by("id"))
+    OperationItem.objects.filter(pk__in=[item.pk for item in items[:2]]).update(status=ItemStatus.DONE)
+    OperationItem.objects.filter(pk=items[2].pk).update(status=ItemStatus.SKIPPED, error="its status is now archived")
+    OperationItem.objects.filter(pk__in=[item.pk for item in items[3:]]).update(
+        status=ItemStatus.SKIPPED, error="cancelled"
+    )
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.CANCELLED, started_at=timezone.now(), finished_at=timezone.now(), succeeded=2, skipped=5
+    )
+    client = client_for(operator)
+
+    page = client.get(f"/operations/{operation.pk}/").content.decode()
+    fragment = client.get(f"/operations/{operation.pk}/", headers=HX).content.decode()
+    listing = client.get("/operations/").content.decode()
+
+    for html in (page, fragment):
+        assert '<span class="progress-label" data-testid="progress-label">29% archived</span>' in html
+        assert 'aria-valuenow="29"' in html and "100%" not in html
+        assert (
+            '<dd data-testid="figures"><strong>2</strong> archived, 0 failed, 1 skipped, '
+            "4 not attempted (cancelled) — of 7</dd>"
+        ) in html
+        # The bar: 2 of 7 done, then the one skipped; the four never attempted stay empty.
+        assert re.findall(r'<span class="(\w+)" style="left: ([\d.]+)%; width: ([\d.]+)%"', html) == [
+            ("done", "0.0", "28.57"),
+            ("skipped", "28.57", "14.29"),
+        ]
+    assert "2 / 7" in listing and "7 / 7" not in listing
+    assert "5 skipped or not attempted" in listing
+
+
+def test_an_archive_that_archived_nothing_does_not_say_done_one_of_one(operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+    DeadLetter.objects.filter(pk=letters[0].pk).update(status=DeadLetterStatus.ARCHIVED)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.RUNNING, started_at=timezone.now())
+    run_operation(operation_id=operation.pk)
+    client = client_for(operator)
+
+    page = client.get(f"/operations/{operation.pk}/").content.decode()
+    fragment = client.get(f"/operations/{operation.pk}/", headers=HX)
+    listing = client.get("/operations/", headers=HX).content.decode()
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded, operation.skipped) == (OperationStatus.DONE, 0, 1)
+    assert fragment.status_code == 286
+    for html in (page, fragment.content.decode()):
+        assert 'data-testid="status">Done: nothing archived, 1 skipped</span>' in html
+        assert "0% archived" in html and 'aria-valuenow="0"' in html
+        assert "<strong>0</strong> archived, 0 failed, 1 skipped — of 1" in html
+    assert "0 / 1" in listing and "1 / 1" not in listing
+    assert "Done: nothing archived, 1 skipped" in listing
