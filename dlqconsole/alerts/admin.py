@@ -5,11 +5,12 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.alerts.models import Alert, AlertRule, Channel, Notification
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
+class AlertRuleAdmin(AuditedModelAdmin[AlertRule]):
     list_display = ["name", "kind", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
     list_filter = ["kind", "severity", "enabled"]
     search_fields = ["name", "queue"]
@@ -18,7 +19,7 @@ class AlertRuleAdmin(admin.ModelAdmin[AlertRule]):
 
 
 @admin.register(Channel)
-class ChannelAdmin(admin.ModelAdmin[Channel]):
+class ChannelAdmin(AuditedModelAdmin[Channel]):
     list_display = ["name", "kind", "enabled", "disabled_reason", "sent_count", "failed_count"]
     list_filter = ["kind", "enabled"]
     readonly_fields = [
@@ -40,7 +41,7 @@ class ChannelAdmin(admin.ModelAdmin[Channel]):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin[Alert]):
+class AlertAdmin(AuditedModelAdmin[Alert]):
     list_display = ["rule", "subject_label", "severity", "status", "started_at", "fired_at", "resolved_at"]
     list_filter = ["status", "severity", "rule"]
     search_fields = ["subject", "subject_label", "summary"]
@@ -51,7 +52,7 @@ class AlertAdmin(admin.ModelAdmin[Alert]):
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin[Notification]):
+class NotificationAdmin(AuditedModelAdmin[Notification]):
     list_display = ["created_at", "channel", "kind", "status", "attempts", "error"]
     list_filter = ["status", "kind", "channel"]
     readonly_fields = [field.name for field in Notification._meta.fields]

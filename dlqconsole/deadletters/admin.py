@@ -24,6 +24,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
+from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
@@ -150,7 +151,7 @@ DEAD_LETTER_FIELDS: list[tuple[str | None, list[str]]] = [
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
+class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     list_display = [
         "id",
         "source_queue",
@@ -276,7 +277,9 @@ class FailurePatternForm(ModelForm[FailurePattern]):
 
 
 @admin.register(FailurePattern)
-class FailurePatternAdmin(admin.ModelAdmin[FailurePattern]):
+class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
+    # Triage goes through the services in save_model, which write the audit rows (and patterns are never deleted).
+    writes_own_audit = True
     form = FailurePatternForm
     list_display = [
         "id",
@@ -364,7 +367,7 @@ class FailurePatternAdmin(admin.ModelAdmin[FailurePattern]):
 
 
 @admin.register(DeadLetterCount)
-class DeadLetterCountAdmin(admin.ModelAdmin[DeadLetterCount]):
+class DeadLetterCountAdmin(AuditedModelAdmin[DeadLetterCount]):
     list_display = ["source_queue", "status", "failure_reason", "pattern", "count"]
     list_filter = ["status", "failure_reason", "source_queue"]
     search_fields = ["source_queue", "pattern__template"]
@@ -383,7 +386,7 @@ class DeadLetterCountAdmin(admin.ModelAdmin[DeadLetterCount]):
 
 
 @admin.register(PatternEvent)
-class PatternEventAdmin(admin.ModelAdmin[PatternEvent]):
+class PatternEventAdmin(AuditedModelAdmin[PatternEvent]):
     list_display = ["created_at", "pattern", "kind", "from_status", "to_status", "actor", "detail"]
     list_filter = ["kind", ("created_at", admin.DateFieldListFilter)]
     search_fields = ["detail", "pattern__template"]

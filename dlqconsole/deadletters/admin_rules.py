@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters.models import FingerprintRule
 from dlqconsole.deadletters.services import PatternError, delete_fingerprint_rule, save_fingerprint_rule, validate_rule
@@ -41,7 +42,9 @@ class FingerprintRuleForm(forms.ModelForm[FingerprintRule]):
 
 
 @admin.register(FingerprintRule)
-class FingerprintRuleAdmin(admin.ModelAdmin[FingerprintRule]):
+class FingerprintRuleAdmin(AuditedModelAdmin[FingerprintRule]):
+    # save_fingerprint_rule and delete_fingerprint_rule write the audit rows.
+    writes_own_audit = True
     form = FingerprintRuleForm
     list_display = ["name", "regex", "header", "scope", "rule_pattern", "position", "enabled", "updated_at"]
     list_filter = ["enabled"]

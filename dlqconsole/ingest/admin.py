@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, has_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
@@ -35,7 +36,9 @@ class WatchedQueueForm(forms.ModelForm[WatchedQueue]):
 
 
 @admin.register(WatchedQueue)
-class WatchedQueueAdmin(admin.ModelAdmin[WatchedQueue]):
+class WatchedQueueAdmin(AuditedModelAdmin[WatchedQueue]):
+    # save_model and the deletes below write their own audit rows (watched_queue.*).
+    writes_own_audit = True
     form = WatchedQueueForm
     list_display = ["name", "dead_letter_queue", "kind", *THRESHOLDS, "enabled", "declared_at"]
     list_editable = [*THRESHOLDS, "enabled"]
@@ -81,7 +84,7 @@ class WatchedQueueAdmin(admin.ModelAdmin[WatchedQueue]):
 
 
 @admin.register(QueueSample)
-class QueueSampleAdmin(admin.ModelAdmin[QueueSample]):
+class QueueSampleAdmin(AuditedModelAdmin[QueueSample]):
     list_display = ["queue", "messages", "consumers", "sampled_at"]
     list_filter = [("sampled_at", admin.DateFieldListFilter)]
     search_fields = ["=queue"]

@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.models import FailureReason
@@ -24,7 +25,7 @@ from dlqconsole.operations.models import Operation, OperationItem, RetryPolicy
 from dlqconsole.operations.services import OperationError, cancel_operation, pause_operation, resume_operation
 
 
-class ReadOnlyAdmin(admin.ModelAdmin[Any]):
+class ReadOnlyAdmin(AuditedModelAdmin[Any]):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -216,7 +217,9 @@ class RetryPolicyForm(forms.ModelForm[RetryPolicy]):
 
 
 @admin.register(RetryPolicy)
-class RetryPolicyAdmin(admin.ModelAdmin[RetryPolicy]):
+class RetryPolicyAdmin(AuditedModelAdmin[RetryPolicy]):
+    # save_model and the deletes below write their own audit rows (retrypolicy.*).
+    writes_own_audit = True
     form = RetryPolicyForm
     list_display = ["name", "enabled", "queue", "failure_reason", "pattern", "delays", "max_attempts", "rate"]
     list_filter = ["enabled", "failure_reason"]

@@ -259,6 +259,9 @@ def test_pattern_status_change_in_the_admin_goes_through_the_triage_service(
     assert (pattern.status, pattern.note) == ("acknowledged", "PSP is slow, ticket OPS-1")
     event = PatternEvent.objects.get(pattern=pattern, kind=PatternEvent.Kind.STATUS)
     assert (event.from_status, event.to_status) == ("open", "acknowledged")
+    # The triage service's audit row, not a second one from the admin.
+    assert AuditEntry.objects.filter(action="pattern.status").count() == 1
+    assert not AuditEntry.objects.filter(action__startswith="admin.").exists()
 
 
 def test_viewer_cannot_change_a_pattern_in_the_admin(client: Client, letters: dict[str, DeadLetter]) -> None:
@@ -302,6 +305,7 @@ def test_watched_queue_thresholds_are_edited_in_the_admin_with_an_audit_row(admi
     assert (watched.warning_depth, watched.critical_depth, watched.emergency_depth) == (10, 100, 1000)
     assert watched.dead_letter_queue == "orders.dlq"
     assert AuditEntry.objects.filter(action="watched_queue.change", target="orders").count() == 1
+    assert not AuditEntry.objects.filter(action__startswith="admin.").exists()
     assert refused.status_code == 200
     assert "Thresholds must rise" in refused.content.decode()
 
