@@ -312,15 +312,23 @@ def _describe(operation: Operation) -> str:
 # Lifecycle ---------------------------------------------------------------------------------------------------
 
 
-def start_operation(*, operation: Operation, actor: Actor, typed_count: str | None = None) -> Operation:
+def start_operation(
+    *, operation: Operation, actor: Actor, typed_count: str | None = None, require_replayable: bool = False
+) -> Operation:
     """Planned → canary (when it has one) or running, and hand it to a worker.
 
     `typed_count` is what a person typed to confirm a purge (its page asks for the number of messages): for a
     purge it must be that number, or nothing starts (the refusal is in the audit log). None means the caller
-    confirmed another way: the `dlq` command asks for "purge N" itself, the admin shows a confirmation page."""
+    confirmed another way: the `dlq` command asks for "purge N" itself, the admin shows a confirmation page.
+
+    `require_replayable` refuses a publishing plan none of whose messages can be replayed (the operation page
+    asks for it): it could only mark them all failed. Without it such a plan runs, and the run marks each
+    failed with its reason, losing none."""
     _check_role(actor, operation.kind)
     if operation.kind == OperationKind.PURGE and typed_count is not None:
         _check_typed_count(operation=operation, actor=actor, typed_count=typed_count)
+    if require_replayable:
+        _check_replayable(operation)
     now = timezone.now()
     status = OperationStatus.CANARY if operation.canary_size else OperationStatus.RUNNING
     with transaction.atomic():
@@ -341,6 +349,23 @@ def start_operation(*, operation: Operation, actor: Actor, typed_count: str | No
         enqueue_run(operation)
     operation.refresh_from_db()
     return operation
+
+
+def _check_replayable(operation: Operation) -> None:
+    """Refuse to start a publishing plan whose planning found that none of its messages can be replayed."""
+    operation.refresh_from_db()
+    reasons = operation.unreplayable_reasons or {}
+    unreplayable = sum(int(count) for count in reasons.values())
+    if operation.kind not in PUBLISHING_KINDS or not operation.total or unreplayable < operation.total:
+        return
+    if operation.status != OperationStatus.PLANNED:
+        return  # the start itself says why it cannot start
+    why = "; ".join(str(reason) for reason in reasons)
+    noun = "this message" if operation.total == 1 else f"any of these {operation.total:,} messages"
+    raise OperationError(
+        f"Nothing was started: {noun} cannot be replayed ({why}). Plan again with a destination that exists, "
+        "or discard this plan."
+    )
 
 
 def _check_typed_count(*, operation: Operation, actor: Actor, typed_count: str) -> None:

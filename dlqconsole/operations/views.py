@@ -264,6 +264,7 @@ def _figures(operation: Operation) -> dict[str, Any]:
 
 def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
+    unreplayable_count = sum(int(count) for count in (operation.unreplayable_reasons or {}).values())
     return {
         "operation": operation,
         "figures": _figures(operation),
@@ -278,7 +279,9 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "patterns": list(breakdown.get("pattern") or []),
         "destinations": sorted((breakdown.get("destination") or {}).items(), key=lambda item: -int(item[1])),
         "unreplayable": sorted((operation.unreplayable_reasons or {}).items(), key=lambda item: -int(item[1])),
-        "unreplayable_count": sum(int(count) for count in (operation.unreplayable_reasons or {}).values()),
+        "unreplayable_count": unreplayable_count,
+        # Start could only mark every message failed: the button is disabled (and the server refuses it).
+        "nothing_replayable": operation.publishes and 0 < operation.total <= unreplayable_count,
         "rate_choices": RATE_CHOICES,
         "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
     }
@@ -324,17 +327,15 @@ def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation]
 @require_POST
 def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Start a planned operation. A purge deletes for good, so its form asks for the number of messages typed
-    in; the service refuses a wrong or missing one."""
+    in; the service refuses a wrong or missing one. A plan none of whose messages can be replayed is refused
+    too (its Start button is disabled; this is the server's own check)."""
     operation = get_object_or_404(Operation, pk=pk)
-    if operation.kind != OperationKind.PURGE:
-        return _control(request, pk, services.start_operation, "Started.")
     require_kind_role(request.user, operation.kind)
+    typed = request.POST.get("typed_count", "") if operation.kind == OperationKind.PURGE else None
     try:
-        services.start_operation(
-            operation=operation, actor=request.user, typed_count=request.POST.get("typed_count", "")
-        )
+        services.start_operation(operation=operation, actor=request.user, typed_count=typed, require_replayable=True)
     except services.OperationError as problem:
-        return _control_error(request, operation, problem, typed={"typed_count": request.POST.get("typed_count", "")})
+        return _control_error(request, operation, problem, typed={"typed_count": typed or ""})
     return _control_response(request, operation, "Started.")
 
 

@@ -180,6 +180,8 @@ def test_operator_starts_pauses_changes_rate_resumes_and_cancels(
 ) -> None:
     letters = many(3)
     operation = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator, rate="1/1m")
+    # Their exchange is not on this broker; as if it were (a plan that cannot replay any is not started).
+    Operation.objects.filter(pk=operation.pk).update(unreplayable=0, unreplayable_reasons={})
     client = client_for(operator)
 
     with django_capture_on_commit_callbacks(execute=True) as started:
@@ -301,9 +303,51 @@ def test_the_start_button_warns_when_messages_cannot_be_replayed(operator: User)
     operation = plan_operation(kind="retry", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
     Operation.objects.filter(pk=operation.pk).update(unreplayable_reasons={"queue 'gone' does not exist": 2})
 
-    html = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+    partly = plan_operation(kind="retry", filter={"ids": [letters[0].pk, letters[1].pk]}, actor=operator)
+    Operation.objects.filter(pk=partly.pk).update(unreplayable_reasons={"queue 'gone' does not exist": 1})
+    client = client_for(operator)
 
-    assert "None of these 2 messages can be replayed: see why below. They will be marked failed." in html
+    html = client.get(f"/operations/{operation.pk}/").content.decode()
+    fragment = client.get(f"/operations/{operation.pk}/", headers=HX).content.decode()
+    partly_html = client.get(f"/operations/{partly.pk}/").content.decode()
+
+    for body in (html, fragment):
+        assert (
+            "None of these 2 messages can be replayed: see why below. Start is disabled: plan again with a "
+            "destination that exists, or discard this plan."
+        ) in body
+        assert re.search(r'<button type="submit" class="primary" disabled[^>]*>Start: retry 2 messages', body)
+    assert "1 of these 2 messages cannot be replayed: see why below. They will be marked failed." in partly_html
+    assert '<button type="submit" class="primary">Start: retry 2 messages' in partly_html
+
+
+def test_a_plan_none_of_whose_messages_can_be_replayed_is_refused_by_the_server(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(2)
+    operation = plan_operation(
+        kind="move", filter={"pattern": [letters[0].pattern_id]}, actor=operator, target_queue="no.such.queue"
+    )
+    assert operation.unreplayable_reasons == {"queue 'no.such.queue' does not exist": 2}
+    client = client_for(operator)
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        fragment = client.post(f"/operations/{operation.pk}/start/", headers=HX)
+        page = client.post(f"/operations/{operation.pk}/start/")
+
+    reason = (
+        "Nothing was started: any of these 2 messages cannot be replayed (queue &#x27;no.such.queue&#x27; does not "
+        "exist). Plan again with a destination that exists, or discard this plan."
+    )
+    assert fragment.status_code == 409 and reason in _feedback(fragment.content.decode())
+    assert page.status_code == 409 and reason in _feedback(page.content.decode())
+    assert enqueued == []
+    operation.refresh_from_db()
+    assert (operation.status, operation.started_at) == (OperationStatus.PLANNED, None)
+    assert not AuditEntry.objects.filter(action="operation.move.start").exists()
+    assert set(DeadLetter.objects.filter(pk__in=[row.pk for row in letters]).values_list("status", flat=True)) == {
+        DeadLetterStatus.PARKED
+    }
 
 
 def test_history_page_mark_in_other_digits_is_ignored_not_a_server_error(viewer: User) -> None:
