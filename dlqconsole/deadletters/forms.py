@@ -4,11 +4,24 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters.payload import is_death_header
 
 MAX_BODY_CHARACTERS = 5 * 1024 * 1024
+# Room in a posted edit form for the headers and the other fields, besides the payload.
+FORM_HEADROOM_BYTES = 256 * 1024
+
+
+def editable_body_bytes() -> int:
+    """The largest payload (UTF-8 bytes) offered for editing: one whose edited form the server will read back.
+    The form is sent as multipart (no percent-encoding growth), and Django refuses form data above
+    DATA_UPLOAD_MAX_MEMORY_SIZE before the view sees it; an edit that could not be sent must not be started."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None:
+        return MAX_BODY_CHARACTERS
+    return max(0, min(MAX_BODY_CHARACTERS, limit - FORM_HEADROOM_BYTES))
 
 
 class EditForm(forms.Form):

@@ -7,6 +7,7 @@ Each page answers a normal request with the whole page and an htmx request with 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,11 +17,13 @@ from uuid import uuid4
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.core.exceptions import RequestDataTooBig
 from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -35,7 +38,7 @@ from dlqconsole.accounts.services import record_audit
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
-from dlqconsole.deadletters.forms import EditForm
+from dlqconsole.deadletters.forms import EditForm, editable_body_bytes
 from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
@@ -804,22 +807,35 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Edit a copy of the payload and headers, see the diff, send it; the original is kept and linked."""
     require_role(request.user, OPERATOR)
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern"), pk=pk)
-    original_body = body_as_text(bytes(dead_letter.body))
+    raw = bytes(dead_letter.body)
+    limit = editable_body_bytes()
+    original_body = body_as_text(raw) if len(raw) <= limit else None
     original_headers = headers_as_json(dead_letter.headers)
-    if request.method == "GET" or original_body is None:
-        # The copy starts without the failed attempt's error headers (the diff shows them left out; they can be
-        # typed back): a consumer reading them would take the copy for one that failed already.
-        initial_headers = headers_as_json(dead_letter.headers, leave_out=error_header_names())
-        form = EditForm(initial={"body": original_body or "", "headers": initial_headers, "submission": uuid4().hex})
-    else:
-        form = EditForm(request.POST)
-    context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "form": form}
+    context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "limit": limit}
+    if len(raw) > limit:
+        context["too_large"] = len(raw)
+    initial_headers = headers_as_json(dead_letter.headers, leave_out=error_header_names())
+    form = EditForm(initial={"body": original_body or "", "headers": initial_headers, "submission": uuid4().hex})
+    if request.method == "POST" and original_body is not None:
+        try:
+            form = EditForm(request.POST)
+        except RequestDataTooBig:
+            # The edited payload grew past what the server reads back: say so on the form (which shows the
+            # stored payload again) rather than a bare 400 page.
+            context["form"] = form
+            context["post_problem"] = (
+                f"The edited copy is larger than the {filesizeformat(limit)} the console takes in a form; "
+                "nothing was sent."
+            )
+            return render(request, "deadletters/message_edit.html", context, status=413)
+    context["form"] = form
     if request.method == "GET" or original_body is None:
         return render(request, "deadletters/message_edit.html", context)
     if not form.is_valid():
         return render(request, "deadletters/message_edit.html", context, status=400)
     body: str = form.cleaned_data["body"]
     headers: dict[str, Any] = form.cleaned_data["headers"]
+    context["json_problem"] = _json_problem(body, content_type=dead_letter.content_type)
     context["body_diff"] = unified_diff(original_body, body, name="payload")
     context["headers_diff"] = unified_diff(original_headers, headers_as_json(headers), name="headers")
     context["unchanged"] = not context["body_diff"] and not context["headers_diff"]
@@ -840,6 +856,20 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, "deadletters/message_edit.html", context, status=400)
     messages.success(request, "The edited copy was sent; the original is archived (restorable from its page).")
     return redirect("operations:detail", pk=result.pk)
+
+
+def _json_problem(body: str, *, content_type: str) -> str:
+    """Why an edited payload is not JSON although its content type says it is ("" when it is, or when the message
+    is not JSON): shown as a warning beside the diff, not a refusal, since the operator may mean it."""
+    if "json" not in content_type.lower() or not body.strip():
+        return ""
+    try:
+        json.loads(body)
+    except ValueError as error:
+        if isinstance(error, json.JSONDecodeError):
+            return f"line {error.lineno}, column {error.colno}: {error.msg}"
+        return str(error)
+    return ""
 
 
 @require_POST

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -140,6 +141,47 @@ def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
     html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
 
     assert "not UTF-8 text" in html and "<textarea" not in html
+
+
+def test_a_payload_edited_into_invalid_json_is_flagged_but_may_be_sent(operator: User) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7}', content_type="application/json"))
+    form = {"headers": "{}", "action": "preview", "submission": SUBMISSION}
+    client = client_for(operator)
+
+    broken = client.post(f"/messages/{stored.pk}/edit/", {**form, "body": '{"order": 7,}'}).content.decode()
+    valid = client.post(f"/messages/{stored.pk}/edit/", {**form, "body": '{"order": 8}'}).content.decode()
+
+    assert "The payload is not valid JSON (line 1, column 12: Illegal trailing comma before end of object)" in broken
+    assert 'value="send"' in broken
+    assert "not valid JSON" not in valid
+
+
+def test_a_payload_too_large_to_post_back_is_not_offered_for_editing(operator: User, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
+    (small,) = ingest(letter(body=b'{"note": "' + b"x" * 20_000 + b'"}'))
+    (large,) = ingest(letter(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
+    client = client_for(operator)
+
+    assert "<textarea" in client.get(f"/messages/{small.pk}/edit/").content.decode()
+    html = client.get(f"/messages/{large.pk}/edit/").content.decode()
+    assert "more than the 44.0\xa0KB the console can take back in a form" in html
+    assert "<textarea" not in html
+
+
+def test_an_edit_grown_past_the_form_limit_is_explained_not_lost_in_a_bare_400(operator: User, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
+    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    client = client_for(operator)
+
+    response = client.post(
+        f"/messages/{stored.pk}/edit/",
+        {"body": "x" * 400 * 1024, "headers": "{}", "action": "send", "submission": SUBMISSION},
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 413
+    assert "larger than the" in html and "nothing was sent" in html and "<textarea" in html
+    assert DeadLetter.objects.count() == 1 and Operation.objects.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
