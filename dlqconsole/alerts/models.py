@@ -6,6 +6,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -58,6 +59,9 @@ WINDOW_KINDS = frozenset({RuleKind.DLQ_GROWTH, RuleKind.NEW_PATTERN, RuleKind.PA
 PATTERN_SCOPED_KINDS = frozenset({RuleKind.DLQ_NOT_EMPTY, RuleKind.DLQ_GROWTH, RuleKind.OLDEST_AGE})
 
 
+# Longest target the channels list shows before cutting it in the middle.
+TARGET_SHORT_LENGTH = 72
+
 # What a person sets on a channel (the form, the admin); the rest (state, counters, budget) is the console's.
 CHANNEL_SETTINGS = ["name", "kind", "target"]
 
@@ -101,11 +105,32 @@ class Channel(models.Model):
         notifier = NOTIFIERS.get(self.kind)
         return notifier.label if notifier is not None else self.kind
 
+    def clean(self) -> None:
+        # Two channels of one name cannot be told apart on a rule's form or in a notification's history. Checked
+        # here, so the console's form and the admin's both refuse it; not a database constraint, which existing
+        # installations holding duplicates could not take without renaming channels behind their admins' backs.
+        taken = Channel.objects.filter(name__iexact=self.name.strip()).exclude(pk=self.pk)
+        existing = taken.values_list("name", flat=True).first() if self.name else None
+        if existing is not None:
+            raise ValidationError(
+                {"name": f"A channel named “{existing}” already exists (names are compared without regard to case)."}
+            )
+
     @property
     def target_display(self) -> str:
-        """The target without secrets: webhook URLs often carry a token in their path or query."""
+        """The whole target without its secrets (webhook URLs often carry a token in their path, query or user
+        part, shown as ••••): the channel page shows it, the list a shortened form of it."""
         notifier = NOTIFIERS.get(self.kind)
         return notifier.display_target(self.target) if notifier is not None else ""
+
+    @property
+    def target_short(self) -> str:
+        """target_display cut in the middle to fit a table cell, its start (where) and end (which) kept."""
+        shown = self.target_display
+        if len(shown) <= TARGET_SHORT_LENGTH:
+            return shown
+        tail = TARGET_SHORT_LENGTH // 3
+        return f"{shown[: TARGET_SHORT_LENGTH - tail - 1]}…{shown[-tail:]}"
 
 
 class AlertRuleQuerySet(models.QuerySet["AlertRule"]):

@@ -1,0 +1,126 @@
+"""Channels can be told apart: names are unique without regard to case, and the target shows its path (the list
+cut in the middle, the channel page whole) with its secrets masked the same way on both."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from dlqconsole.alerts.models import Channel
+from dlqconsole.alerts.notifiers.webhook import WebhookNotifier
+from tests.conftest import client_for
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        (
+            "https://hooks.slack.com/services/T0123ABC/B0456DEF/abcdefghijklmnopqrstuvwx",
+            "https://hooks.slack.com/services/T0123ABC/B0456DEF/••••",
+        ),
+        ("https://chat.example.com/hooks/k3y", "https://chat.example.com/hooks/••••"),
+        ("https://discord.com/api/webhooks/123456/abcDEF_123-xyz", "https://discord.com/api/webhooks/123456/••••"),
+        (
+            "https://ops.example.com/alerts/orders?token=abc&team=x",
+            "https://ops.example.com/alerts/orders?token=••••&team=••••",
+        ),
+        ("https://bot:pa55@ops.example.com/in", "https://bot:••••@ops.example.com/in"),
+        ("https://0f8fad5bd9cb469fa16570867728950e@ops.example.com/in", "https://••••@ops.example.com/in"),
+        ("https://x.example.com/in/0f8fad5bd9cb469fa16570867728950e/go", "https://x.example.com/in/••••/go"),
+        ("http://127.0.0.1:9000/alerts/dlq", "http://127.0.0.1:9000/alerts/dlq"),
+    ],
+)
+def test_a_webhook_target_is_shown_with_its_path_and_its_secrets_masked(target: str, shown: str) -> None:
+    assert WebhookNotifier.display_target(target) == shown
+
+
+def test_two_slack_webhooks_look_different_in_the_list_and_on_their_pages(admin_user: User) -> None:
+    first = Channel.objects.create(
+        name="orders", kind="slack", target="https://hooks.slack.com/services/T0AAA/B0ORDERS/s3cr3tOrdersToken0001"
+    )
+    second = Channel.objects.create(
+        name="payments", kind="slack", target="https://hooks.slack.com/services/T0AAA/B0PAYMNT/s3cr3tPaymentToken02"
+    )
+    client = client_for(admin_user)
+
+    listing = client.get(reverse("alerts:channels")).content.decode()
+    pages = [client.get(reverse("alerts:channel", args=[c.pk])).content.decode() for c in (first, second)]
+
+    for html in (listing, *pages):
+        assert "s3cr3t" not in html
+    assert "/services/T0AAA/B0ORDERS/••••" in listing and "/services/T0AAA/B0PAYMNT/••••" in listing
+    assert "https://hooks.slack.com/services/T0AAA/B0ORDERS/••••" in pages[0]
+    assert "https://hooks.slack.com/services/T0AAA/B0PAYMNT/••••" in pages[1]
+
+
+def test_a_long_target_is_cut_in_the_middle_in_the_list_and_whole_on_its_page(admin_user: User) -> None:
+    target = "https://alerts.internal.example.com/receivers/platform-team/dead-letters/production/eu-west-1/orders"
+    channel = Channel.objects.create(name="long", kind="webhook", target=target)
+    client = client_for(admin_user)
+
+    listing = client.get(reverse("alerts:channels")).content.decode()
+    page = client.get(reverse("alerts:channel", args=[channel.pk])).content.decode()
+
+    assert channel.target_short in listing and "…" in channel.target_short
+    assert channel.target_short.startswith("https://alerts.internal.example.com/receivers/")
+    assert channel.target_short.endswith("eu-west-1/orders")
+    assert f'title="{target}"' in listing
+    assert target in page
+
+
+def test_a_target_is_escaped_on_the_channel_page(admin_user: User) -> None:
+    channel = Channel.objects.create(name="odd", kind="webhook", target='https://x.example.com/a"><b>bold</b>')
+
+    page = client_for(admin_user).get(reverse("alerts:channel", args=[channel.pk])).content.decode()
+
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+
+
+def test_a_duplicate_channel_name_is_refused_without_regard_to_case(admin_user: User) -> None:
+    Channel.objects.create(name="On-call", kind="email", target="a@example.com")
+    client = client_for(admin_user)
+
+    response = client.post(
+        reverse("alerts:channel-new"), {"name": "on-CALL", "kind": "email", "target": "b@example.com"}
+    )
+
+    assert response.status_code == 400
+    assert Channel.objects.count() == 1
+    assert "already exists" in response.context["form"].errors["name"][0]
+
+
+def test_a_channel_keeps_its_own_name_when_edited(admin_user: User) -> None:
+    channel = Channel.objects.create(name="On-call", kind="email", target="a@example.com")
+
+    response = client_for(admin_user).post(
+        reverse("alerts:channel-edit", args=[channel.pk]),
+        {"name": "On-call", "kind": "email", "target": "c@example.com"},
+    )
+
+    assert response.status_code == 302
+    channel.refresh_from_db()
+    assert channel.target == "c@example.com"
+
+
+def test_the_admin_refuses_a_duplicate_channel_name_too(db: None) -> None:
+    Channel.objects.create(name="On-call", kind="email", target="a@example.com")
+    root = User.objects.create_superuser("root", password="pw-root")
+
+    response = client_for(root).post(
+        reverse("admin:alerts_channel_add"),
+        {
+            "name": "ON-CALL",
+            "kind": "email",
+            "target": "b@example.com",
+            "enabled": "on",
+            "notice_window_rules": "[]",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+        },
+    )
+
+    assert response.status_code == 200 and "already exists" in response.content.decode()
+    assert Channel.objects.count() == 1
