@@ -220,6 +220,13 @@ class Operation(models.Model):
         return min(1.0, self.processed / self.total)
 
     @property
+    def pause_text(self) -> str:
+        """The pause reason to show after the "Paused" chip: "paused by oper1" reads "by oper1" there, so the page
+        says "Paused by oper1", not "Paused paused by oper1"."""
+        reason = self.pause_reason.strip()
+        return reason[len("paused ") :] if reason.lower().startswith("paused by ") else reason
+
+    @property
     def done_word(self) -> str:
         """What its succeeded messages were: "replayed", "archived"..."""
         return DONE_WORDS.get(self.kind, "done")

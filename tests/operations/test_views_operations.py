@@ -666,3 +666,35 @@ def test_an_archive_that_archived_nothing_does_not_say_done_one_of_one(operator:
         assert "<strong>0</strong> archived, 0 failed, 1 skipped — of 1" in html
     assert "0 / 1" in listing and "1 / 1" not in listing
     assert "Done: nothing archived, 1 skipped" in listing
+
+
+def test_wording_paused_by_a_person_no_return_figures_before_publishing_and_an_old_error_as_history(
+    operator: User,
+) -> None:
+    letters = many(2)
+    plan = plan_operation(kind="retry", filter={"ids": [letters[0].pk]}, actor=operator)
+    paused = plan_operation(kind="retry", filter={"ids": [letters[1].pk]}, actor=operator)
+    Operation.objects.filter(pk=paused.pk).update(
+        status=OperationStatus.PAUSED,
+        started_at=timezone.now(),
+        pause_reason="paused by otto-operator",
+        succeeded=1,
+        last_error="1 came back to a dead-letter queue",
+    )
+    client = client_for(operator)
+
+    plan_page = client.get(f"/operations/{plan.pk}/").content.decode()
+    paused_page = client.get(f"/operations/{paused.pk}/", headers=HX).content.decode()
+    Operation.objects.filter(pk=paused.pk).update(status=OperationStatus.RUNNING, pause_reason="")
+    resumed_page = client.get(f"/operations/{paused.pk}/", headers=HX).content.decode()
+    client.post(f"/operations/{plan.pk}/cancel/")
+    discarded_page = client.get(f"/operations/{plan.pk}/").content.decode()
+
+    assert "Came back" not in plan_page and "Came back" not in discarded_page
+    assert 'data-testid="status">Paused</span></span>' not in paused_page
+    assert '<span class="small" data-testid="pause-reason">by otto-operator</span>' in paused_page
+    assert "paused by otto-operator" not in paused_page and "Came back" in paused_page
+    assert "<dt>Last error</dt>" in paused_page
+    assert "<dt>Last error</dt>" not in resumed_page and "<dt>Earlier error</dt>" in resumed_page
+    assert "(from before it was resumed; kept for the record, see the audit log)" in resumed_page
+    assert " 1 messages" not in plan_page + paused_page + resumed_page + discarded_page
