@@ -10,6 +10,8 @@ from django.utils import timezone
 from dlqconsole.alerts.models import (
     CHANNEL_SETTINGS,
     PATTERN_SCOPED_KINDS,
+    RULE_DURATION_MAX,
+    THRESHOLD_MAX,
     WINDOW_KINDS,
     Alert,
     AlertRule,
@@ -31,7 +33,7 @@ SILENCE_CHOICES = [
 ]
 
 
-MAX_DURATION = 366 * 86400
+MAX_DURATION = RULE_DURATION_MAX
 
 
 class DurationField(forms.Field):
@@ -133,7 +135,16 @@ class RuleForm(forms.ModelForm[AlertRule]):
         label="Pattern id",
         help_text="Only this failure pattern: the number in its address, /patterns/<id>/. Empty for queues.",
     )
-    threshold = forms.IntegerField(required=False, min_value=0, label="Threshold (messages)")
+    threshold = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=THRESHOLD_MAX,
+        label="Threshold (messages)",
+        error_messages={
+            "min_value": "At least 0.",
+            "max_value": f"At most {THRESHOLD_MAX:,} messages (no queue holds more).",
+        },
+    )
     age = DurationField(
         required=False,
         min_seconds=1,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -53,6 +54,11 @@ THRESHOLD_HELP = {
     RuleKind.QUEUE_DEPTH: "Messages ready; empty uses the watched queue's depth for the rule's severity.",
     RuleKind.OLDEST_AGE: "Seconds; fires when the oldest parked dead letter is older.",
 }
+# Bounds of a rule's numbers (the rule form and the admin both check them): no queue holds more than a billion
+# messages, and no rule's window, duration, cooldown or reminder needs more than a year. Without them a typed
+# 99999999999999999999999 was stored as 9.99e22.
+THRESHOLD_MAX = 1_000_000_000
+RULE_DURATION_MAX = 366 * 86400
 # Kinds that look back over a window (growth: the arrivals counted; patterns: how recent counts as new).
 WINDOW_KINDS = frozenset({RuleKind.DLQ_GROWTH, RuleKind.NEW_PATTERN, RuleKind.PATTERN_REOPENED})
 # Kinds whose scope can be a single pattern.
@@ -148,16 +154,26 @@ class AlertRule(models.Model):
     pattern = models.ForeignKey(
         "deadletters.FailurePattern", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
-    threshold = models.FloatField(null=True, blank=True)
-    window_seconds = models.IntegerField(default=60)
+    threshold = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(THRESHOLD_MAX)]
+    )
+    window_seconds = models.IntegerField(
+        default=60, validators=[MinValueValidator(1), MaxValueValidator(RULE_DURATION_MAX)]
+    )
     # How long the condition must hold before the alert fires.
-    for_seconds = models.IntegerField(default=0)
+    for_seconds = models.IntegerField(
+        default=0, validators=[MinValueValidator(0), MaxValueValidator(RULE_DURATION_MAX)]
+    )
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.WARNING)
     channels = models.ManyToManyField(Channel, blank=True, related_name="rules")
     # No new notification for the same rule and subject within this many seconds of the previous one.
-    cooldown_seconds = models.IntegerField(default=300)
+    cooldown_seconds = models.IntegerField(
+        default=300, validators=[MinValueValidator(0), MaxValueValidator(RULE_DURATION_MAX)]
+    )
     # Remind while an alert stays firing (not acknowledged); 0 means never.
-    reminder_seconds = models.IntegerField(default=4 * 3600)
+    reminder_seconds = models.IntegerField(
+        default=4 * 3600, validators=[MinValueValidator(0), MaxValueValidator(RULE_DURATION_MAX)]
+    )
     enabled = models.BooleanField(default=True)
     # Alerts of this rule still fire and show, but send nothing until then.
     silenced_until = models.DateTimeField(null=True, blank=True)

@@ -210,3 +210,74 @@ def test_existing_rule_shows_its_durations(client: Client, admin_user: User) -> 
     html = client.get(reverse("alerts:rule", args=[rule.pk])).content.decode()
 
     assert 'name="window_seconds" value="1h"' in html
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "message"),
+    [
+        ("dlq_growth", "threshold", "99999999999999999999999", "At most 1,000,000,000 messages (no queue holds more)."),
+        ("dlq_not_empty", "threshold", "1000000001", "At most 1,000,000,000 messages (no queue holds more)."),
+        ("dlq_not_empty", "threshold", "-1", "At least 0."),
+        ("dlq_growth", "window_seconds", "99999999999999999999999", "At most a year."),
+        ("dlq_not_empty", "for_seconds", "400d", "At most a year."),
+        ("dlq_not_empty", "cooldown_seconds", "99999999999999999999999", "At most a year."),
+        ("dlq_not_empty", "reminder_seconds", "53w", "At most a year."),
+        ("oldest_age", "age", "99999999999999999999999", "At most a year."),
+    ],
+)
+def test_rule_numbers_out_of_range_are_clear_field_errors(kind: str, field: str, value: str, message: str) -> None:
+    data = post(kind=kind, **{"threshold": "10", "window_seconds": "1m", "age": "1d", field: value})
+
+    assert errors(data) == {field: [message]}
+
+
+def test_the_largest_threshold_is_stored_as_typed() -> None:
+    assert saved(post(kind="dlq_growth", threshold="1000000000", window_seconds="1m")).threshold == 1_000_000_000
+
+
+def test_a_huge_threshold_on_the_page_stores_nothing(client: Client, admin_user: User) -> None:
+    client.force_login(admin_user)
+    before = AlertRule.objects.count()
+
+    response = client.post(
+        reverse("alerts:rule-new"), post(kind="dlq_growth", threshold="99999999999999999999999", window_seconds="1m")
+    )
+
+    assert response.status_code == 400
+    assert "At most 1,000,000,000 messages" in response.content.decode()
+    assert AlertRule.objects.count() == before
+
+
+def test_a_pattern_id_beyond_any_row_is_a_field_error_not_a_server_error() -> None:
+    found = errors(post(kind="dlq_not_empty", pattern="99999999999999999999999"))
+
+    assert list(found) == ["pattern"]
+
+
+def test_the_admin_refuses_a_rule_threshold_out_of_range(db: None) -> None:
+    root = User.objects.create_superuser("root", password="pw-root")
+    client = Client()
+    client.force_login(root)
+    rule = AlertRule.objects.get(name="Dead letters waiting")
+
+    response = client.post(
+        reverse("admin:alerts_alertrule_change", args=[rule.pk]),
+        {
+            "name": rule.name,
+            "kind": rule.kind,
+            "threshold": "99999999999999999999999",
+            "window_seconds": "99999999999",
+            "for_seconds": "0",
+            "severity": rule.severity,
+            "cooldown_seconds": "300",
+            "reminder_seconds": "3600",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+        },
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "less than or equal to 1000000000" in page and "less than or equal to 31622400" in page
+    rule.refresh_from_db()
+    assert rule.threshold is None or rule.threshold < 1e9
