@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from pathlib import Path
 
 import dj_database_url
@@ -358,13 +359,28 @@ DLQ_VERSION_HEADERS = env_list(
 DLQ_REPLAY_COUNT_HEADER = env_str("DLQ_REPLAY_COUNT_HEADER", "dlq-replay-count")
 DLQ_REPLAYED_FROM_HEADER = env_str("DLQ_REPLAYED_FROM_HEADER", "dlq-replayed-from")
 
+
+def _without_client_error_traceback(record: logging.LogRecord) -> bool:
+    """django.request logs a 403 (PermissionDenied) or 400 with the exception's full traceback: one line is
+    enough for a refusal that is the console working as meant. 5xx keep theirs."""
+    if getattr(record, "status_code", 500) < 500:
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s [%(process)d] %(name)s %(message)s"}},
+    "filters": {"client_errors_one_line": {"()": lambda: _without_client_error_traceback}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"pika": {"level": "WARNING"}},
+    "loggers": {
+        "pika": {"level": "WARNING"},
+        "django.request": {"filters": ["client_errors_one_line"]},
+        "django.security": {"filters": ["client_errors_one_line"]},
+    },
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
