@@ -50,3 +50,10 @@ def test_a_viewer_cannot_reach_the_merge_even_by_get(viewer: User) -> None:
 
 def test_signed_out_merge_get_goes_to_the_login() -> None:
     assert Client().get("/patterns/merge/")["Location"].startswith("/login/")
+
+
+def test_template_comments_never_reach_the_page(viewer: User) -> None:
+    # Django's {# #} comment is one line only; a longer one is printed as text.
+    html = client_for(viewer).get("/").content.decode()
+
+    assert "{#" not in html and "#}" not in html and "{% comment" not in html

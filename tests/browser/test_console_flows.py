@@ -231,8 +231,10 @@ def test_viewer_sees_no_recovery_controls(page: Page, viewer: User) -> None:
     assert page.locator("a:has-text('Retry…'), a:has-text('Purge…'), a:has-text('Edit and retry…')").count() == 0
     page.goto("/patterns/")
     assert page.locator("#patterns button, #patterns a:has-text('Retry all')").count() == 0
-    page.goto("/operations/plan/?kind=purge&pattern=1")
-    expect(page.locator("body")).to_contain_text("Forbidden")
+    response = page.goto("/operations/plan/?kind=purge&pattern=1")
+    assert response is not None and response.status == 403
+    expect(page.locator("h1")).to_have_text("Not allowed")
+    expect(page.locator("main")).to_contain_text("This needs the admin role.")
 
 
 def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -> None:
