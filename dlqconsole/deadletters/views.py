@@ -365,10 +365,35 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "statuses": DeadLetterStatus.choices,
         "known_queues": _known_queues(),
         "filtered_pattern": FailurePattern.objects.filter(pk__in=chosen.pattern).first() if chosen.pattern else None,
+        "merged_away": _merged_away(chosen.pattern, query=request.GET),
         "page_size": PAGE_SIZE,
         "only_archived": chosen.status == [DeadLetterStatus.ARCHIVED],
     }
     return render(request, _partial(request, "deadletters/messages.html", "results"), context)
+
+
+def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int, FailurePattern, str]]:
+    """For each filtered pattern that was merged away: its number, the pattern that holds its dead letters now
+    (the end of the chain of merges) and this page's query with that pattern instead. A link to a merged pattern
+    (from an old alert, a ticket, a bookmark) then says where its dead letters went instead of showing none."""
+    found: list[tuple[int, FailurePattern, str]] = []
+    for pattern in FailurePattern.objects.filter(pk__in=pattern_ids, merged_into__isnull=False).order_by("pk"):
+        target, seen = pattern, {pattern.pk}
+        while target.merged_into_id is not None and target.merged_into_id not in seen and len(seen) < 20:
+            seen.add(target.merged_into_id)
+            target = FailurePattern.objects.get(pk=target.merged_into_id)
+        moved = query.copy()
+        for name in ("before", "after"):
+            moved.pop(name, None)
+        numbers = _pattern_numbers(query)
+        moved.setlist("pattern", [str(target.pk) if value == str(pattern.pk) else value for value in numbers])
+        found.append((pattern.pk, target, moved.urlencode()))
+    return found
+
+
+def _pattern_numbers(query: QueryDict) -> list[str]:
+    """The pattern numbers of a query, whether given as ?pattern=1&pattern=2 or ?pattern=1,2."""
+    return [part.strip() for value in query.getlist("pattern") for part in value.split(",") if part.strip()]
 
 
 def _keyset_page(

@@ -308,3 +308,17 @@ def test_a_merged_away_pattern_page_is_read_only_and_points_to_the_target(operat
     assert 'data-testid="merged-banner"' in page and f'href="/patterns/{target.pk}/"' in page
     for control in ("kind=retry", "kind=purge", "/status/", "/assign/", 'id="split"', 'id="merge"'):
         assert control not in page
+
+
+def test_messages_of_a_merged_away_pattern_point_to_where_they_went(operator: User) -> None:
+    source = FailurePattern.objects.get(pk=many(2, error="disk full")[0].pattern_id)
+    target = FailurePattern.objects.get(pk=many(1, error="no space left on device")[0].pattern_id)
+    client = client_for(operator)
+    client.post("/patterns/merge/", {"target": target.pk, "sources": [source.pk], "action": "merge"})
+
+    page = client.get(f"/messages/?pattern={source.pk}&reason=INTERNAL&before=999").content.decode()
+    plain = client.get(f"/messages/?pattern={target.pk}").content.decode()
+
+    assert f"Pattern #{source.pk} was merged into" in page
+    assert f'href="?pattern={target.pk}&amp;reason=INTERNAL"' in page
+    assert "was merged into" not in plain
