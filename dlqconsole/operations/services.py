@@ -50,6 +50,9 @@ BREAKDOWN_ROWS = 50
 # Bounds on numbers typed into a plan: far beyond any real DLQ, and within the columns and SQL that hold them.
 MAX_LIMIT = 1_000_000_000
 MAX_CANARY = 1_000_000
+# A plan older than this is a stale snapshot (dead letters that arrived since are not in it): the operation page
+# asks for an explicit confirmation before starting it.
+STALE_PLAN_AGE = dt.timedelta(minutes=15)
 NO_DESTINATION = "no known destination (no queue, exchange or routing key in its x-death)"
 
 __all__ = [
@@ -313,7 +316,12 @@ def _describe(operation: Operation) -> str:
 
 
 def start_operation(
-    *, operation: Operation, actor: Actor, typed_count: str | None = None, require_replayable: bool = False
+    *,
+    operation: Operation,
+    actor: Actor,
+    typed_count: str | None = None,
+    require_replayable: bool = False,
+    stale_confirmed: bool | None = None,
 ) -> Operation:
     """Planned → canary (when it has one) or running, and hand it to a worker.
 
@@ -323,8 +331,17 @@ def start_operation(
 
     `require_replayable` refuses a publishing plan none of whose messages can be replayed (the operation page
     asks for it): it could only mark them all failed. Without it such a plan runs, and the run marks each
-    failed with its reason, losing none."""
+    failed with its reason, losing none.
+
+    `stale_confirmed` is the operation page's answer to "this plan is old, start it anyway?": False refuses a plan
+    older than STALE_PLAN_AGE. None means the caller does not ask (the CLI and the admin start what they just
+    planned or showed)."""
     _check_role(actor, operation.kind)
+    if stale_confirmed is False and timezone.now() - operation.created_at > STALE_PLAN_AGE:
+        raise OperationError(
+            f"Nothing was started: this plan was made {_minutes(timezone.now() - operation.created_at)} ago and "
+            "dead letters that arrived since are not in it. Tick the box to start it anyway, or plan again."
+        )
     if operation.kind == OperationKind.PURGE and typed_count is not None:
         _check_typed_count(operation=operation, actor=actor, typed_count=typed_count)
     if require_replayable:
@@ -349,6 +366,11 @@ def start_operation(
         enqueue_run(operation)
     operation.refresh_from_db()
     return operation
+
+
+def _minutes(age: dt.timedelta) -> str:
+    minutes = int(age.total_seconds() // 60)
+    return f"{minutes:,} minute{'' if minutes == 1 else 's'}"
 
 
 def _check_replayable(operation: Operation) -> None:

@@ -16,6 +16,8 @@ from django.contrib import messages
 from django.db.models import Sum
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -262,12 +264,28 @@ def _figures(operation: Operation) -> dict[str, Any]:
     }
 
 
+def _replan_url(operation: Operation) -> str:
+    """The plan page again, with this plan's kind, filter, target and rate: a fresh snapshot of the same filter."""
+    query = QueryDict(mutable=True)
+    query["kind"] = operation.kind
+    for name, value in (operation.filter or {}).items():
+        query.setlist(name, [str(item) for item in value] if isinstance(value, list) else [str(value)])
+    for name in ("target_queue", "target_exchange", "target_routing_key", "rate"):
+        if getattr(operation, name):
+            query[name] = getattr(operation, name)
+    return f"{reverse('operations:plan')}?{query.urlencode()}"
+
+
 def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
+    planned = operation.status == OperationStatus.PLANNED
     unreplayable_count = sum(int(count) for count in (operation.unreplayable_reasons or {}).values())
     return {
         "operation": operation,
         "figures": _figures(operation),
+        "replan_url": _replan_url(operation) if planned else "",
+        # An old snapshot: Start asks for a tick (checked on the server too).
+        "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,
         "filter_text": "; ".join(
             f"{name} = {', '.join(map(str, value)) if isinstance(value, list) else value}"
             for name, value in (operation.filter or {}).items()
@@ -328,12 +346,19 @@ def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation]
 def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Start a planned operation. A purge deletes for good, so its form asks for the number of messages typed
     in; the service refuses a wrong or missing one. A plan none of whose messages can be replayed is refused
-    too (its Start button is disabled; this is the server's own check)."""
+    too (its Start button is disabled; this is the server's own check), and a plan older than STALE_PLAN_AGE starts
+    only with its "start it anyway" box ticked."""
     operation = get_object_or_404(Operation, pk=pk)
     require_kind_role(request.user, operation.kind)
     typed = request.POST.get("typed_count", "") if operation.kind == OperationKind.PURGE else None
     try:
-        services.start_operation(operation=operation, actor=request.user, typed_count=typed, require_replayable=True)
+        services.start_operation(
+            operation=operation,
+            actor=request.user,
+            typed_count=typed,
+            require_replayable=True,
+            stale_confirmed=request.POST.get("stale_confirmed") == "yes",
+        )
     except services.OperationError as problem:
         return _control_error(request, operation, problem, typed={"typed_count": typed or ""})
     return _control_response(request, operation, "Started.")

@@ -698,3 +698,48 @@ def test_wording_paused_by_a_person_no_return_figures_before_publishing_and_an_o
     assert "<dt>Last error</dt>" not in resumed_page and "<dt>Earlier error</dt>" in resumed_page
     assert "(from before it was resumed; kept for the record, see the audit log)" in resumed_page
     assert " 1 messages" not in plan_page + paused_page + resumed_page + discarded_page
+
+
+def test_an_old_plan_says_its_age_offers_a_fresh_plan_and_starts_only_when_confirmed(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(created_at=timezone.now() - dt.timedelta(minutes=16))
+    client = client_for(operator)
+
+    page = client.get(f"/operations/{operation.pk}/").content.decode()
+    fragment = client.get(f"/operations/{operation.pk}/", headers=HX).content.decode()
+    unconfirmed = client.post(f"/operations/{operation.pk}/start/", headers=HX)
+
+    for html in (page, fragment):
+        assert "Planned 16\xa0minutes ago: dead letters that arrived since are not in it;" in html
+        assert 'name="stale_confirmed" value="yes" required' in html
+    replan = re.search(r'<a href="([^"]+)">plan again</a>', page)
+    assert replan is not None
+    again = client.get(replan.group(1).replace("&amp;", "&"))
+    assert again.status_code == 200 and f'<dd class="mono">{letters[0].pattern_id}</dd>' in again.content.decode()
+    assert unconfirmed.status_code == 409
+    assert "this plan was made 16 minutes ago" in _feedback(unconfirmed.content.decode())
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.PLANNED
+
+    with django_capture_on_commit_callbacks(execute=True) as started:
+        confirmed = client.post(f"/operations/{operation.pk}/start/", {"stale_confirmed": "yes"}, headers=HX)
+
+    assert confirmed.status_code == 200 and len(started) == 1
+    assert Operation.objects.get(pk=operation.pk).status == OperationStatus.RUNNING
+
+
+def test_a_fresh_plan_starts_without_the_age_check_and_plans_are_listed_as_plans(operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+    client = client_for(operator)
+
+    page = client.get(f"/operations/{operation.pk}/").content.decode()
+    listing = client.get("/operations/").content.decode()
+    fragment = client.get("/operations/", headers=HX).content.decode()
+
+    assert "Planned 0\xa0minutes ago" in page and "stale_confirmed" not in page
+    assert "Discard the plan" in page
+    for html in (listing, fragment):
+        assert '<span class="chip st-planned" data-testid="plan">Plan, not started</span>' in html
