@@ -194,9 +194,13 @@ def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt
     text = value.strip()
     if RELATIVE.match(text):
         try:
-            return now - dt.timedelta(seconds=parse_duration(text))
-        except (ValueError, OverflowError):
+            seconds = parse_duration(text)
+        except ValueError:
             raise FilterError(f"{name}: {text!r} is not an age like 30m, 2h or 7d") from None
+        try:
+            return now - dt.timedelta(seconds=seconds)
+        except OverflowError:
+            raise FilterError(f"{name}: {text!r} reaches back before the year 1; try a shorter age") from None
     try:
         # Both raise ValueError for a well-formed date that does not exist (2026-13-45, 2026-02-30).
         moment = parse_datetime(text)

@@ -23,7 +23,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.defaultfilters import filesizeformat
+from django.template.defaultfilters import filesizeformat, pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -580,9 +580,21 @@ def _last_sent(dead_letter: DeadLetter, history: list[OperationItem]) -> dict[st
                 "operation": item.operation.pk,
                 "warning": f"Already {done} at {stamp(at)} by operation #{item.operation.pk}; retrying sends it again.",
             }
-    if dead_letter.status == DeadLetterStatus.REPLAYED or dead_letter.replay_count:
-        replayed_at = dead_letter.status_changed_at if dead_letter.status == DeadLetterStatus.REPLAYED else None
-        when = f" at {stamp(replayed_at)}" if replayed_at else f" ({dead_letter.replay_count} times)"
+    if dead_letter.status != DeadLetterStatus.REPLAYED and dead_letter.replay_count:
+        # A boomerang: this record is the copy that died again; it was never replayed itself.
+        times = f"{dead_letter.replay_count} replay{pluralize(dead_letter.replay_count)}"
+        earlier = f" of #{dead_letter.previous_id}" if dead_letter.previous_id else ""
+        return {
+            "done": "boomerang",
+            "at": None,
+            "operation": None,
+            "previous": dead_letter.previous_id,
+            "times": times,
+            "warning": f"This message died again after {times}{earlier}; retrying sends it once more.",
+        }
+    if dead_letter.status == DeadLetterStatus.REPLAYED:
+        replayed_at = dead_letter.status_changed_at
+        when = f" at {stamp(replayed_at)}" if replayed_at else ""
         return {
             "done": "replayed",
             "at": replayed_at,
@@ -820,7 +832,11 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
     except PatternError as problem:
         messages.error(request, str(problem))
         return redirect(back_url)
-    messages.success(request, f"Merged {len(sources)} pattern(s), {moved} dead letter(s), into #{target.pk}.")
+    messages.success(
+        request,
+        f"Merged {len(sources)} pattern{pluralize(len(sources))} ({moved:,} dead letter{pluralize(moved)}) "
+        f"into #{target.pk}.",
+    )
     return redirect("deadletters:pattern", pk=target.pk)
 
 

@@ -64,7 +64,8 @@ def test_filters_by_person_action_target_and_time(viewer: User, operator: User, 
     assert shown(target="pattern 3", since=(timezone.now() - dt.timedelta(days=1)).date().isoformat()) == {"status"}
     assert shown(action="pattern.", since="1h") == {"status"}  # an age, as on the messages page
     bad = client.get("/audit/", {"since": "last tuesday", "until": "99999999w"}).content.decode()
-    assert "since must be an ISO date/time or an age" in bad and "until: &#x27;99999999w&#x27; is not an age" in bad
+    assert "since must be an ISO date/time or an age" in bad
+    assert "until: &#x27;99999999w&#x27; reaches back before the year 1; try a shorter age" in bad
 
 
 def test_pages_follow_the_ids_and_the_fragment_is_the_table_alone(viewer: User) -> None:

@@ -148,6 +148,7 @@ def test_operator_merges_patterns_after_a_preview_and_the_counters_follow(operat
     assert "card declined" in page and 'data-testid="merge-warnings"' in page
     assert f"#{source.pk} has error type CardError" in page
     assert response.status_code == 302 and response["Location"] == f"/patterns/{target.pk}/"
+    assert f"Merged 1 pattern (2 dead letters) into #{target.pk}." in client.get(response["Location"]).content.decode()
     source.refresh_from_db()
     assert source.merged_into_id == target.pk
     assert DeadLetter.objects.filter(pattern=target).count() == 5

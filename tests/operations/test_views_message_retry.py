@@ -263,6 +263,22 @@ def test_a_message_marked_replayed_without_an_operation_at_hand_still_warns(oper
     )
 
 
+def test_a_boomerang_says_it_died_again_after_its_replay_not_that_it_was_replayed(operator: User) -> None:
+    first, copy = ingest(letter(), letter())
+    DeadLetter.objects.filter(pk=copy.pk).update(replay_count=1, previous=first)
+
+    page = client_for(operator).get(f"/messages/{copy.pk}/").content.decode()
+
+    assert "Already replayed" not in page
+    assert (
+        f'This message died again after 1 replay of <a href="/messages/{first.pk}/">#{first.pk}</a>; '
+        "retrying sends it once more." in page
+    )
+    assert retry_form(page)["confirm"].startswith(
+        f"This message died again after 1 replay of #{first.pk}; retrying sends it once more."
+    )
+
+
 def test_a_parked_message_never_replayed_has_no_warning(operator: User) -> None:
     (stored,) = ingest(letter())
 
