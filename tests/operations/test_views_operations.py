@@ -743,3 +743,12 @@ def test_a_fresh_plan_starts_without_the_age_check_and_plans_are_listed_as_plans
     assert "Discard the plan" in page
     for html in (listing, fragment):
         assert '<span class="chip st-planned" data-testid="plan">Plan, not started</span>' in html
+
+
+def test_the_operation_page_prints_no_template_comment(operator: User) -> None:
+    letters = many(1)
+    operation = plan_operation(kind="archive", filter={"ids": [letters[0].pk]}, actor=operator)
+
+    html = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+
+    assert "{#" not in html and "hx-preserve, so htmx keeps" not in html
