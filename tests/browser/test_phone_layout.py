@@ -83,6 +83,10 @@ def build_world(admin: User) -> None:
     """Dead letters of 30 patterns over three queues (one with a very long name), two planned operations, watched
     work queues and alerts (firing and resolved) about those queues."""
     install_default_rules(AlertRule)
+    # A rule name with no space to break at: shown on the alerts page's by-rule line and the rules page.
+    named = AlertRule.objects.order_by("pk").first()
+    assert named is not None
+    AlertRule.objects.filter(pk=named.pk).update(name="N" * 120)
     queues = ["orders", LONG_QUEUE, "billing"]
     letters = [
         letter(queue=queues[number % 3], error=error, error_type=error_type, host=f"worker-{number}.eu-west-1")
