@@ -95,7 +95,7 @@ def test_an_operator_cannot_purge_and_a_viewer_cannot_retry(operator, viewer):
         ({"kind": "move", "target_queue": "a", "target_exchange": "b"}, "not both"),
         ({"kind": "retry", "target_queue": "a"}, "only a move takes a target"),
         ({"kind": "archive", "canary_size": 5}, "no canary"),
-        ({"kind": "retry", "limit": 0}, "at least 1"),
+        ({"kind": "retry", "limit": 0}, "between 1 and 1,000,000,000"),
         ({"kind": "explode"}, "unknown operation"),
         ({"kind": "retry", "filter": {"reason": ["NOPE"]}}, "unknown reason"),
         ({"kind": "restore", "filter": {"status": ["parked"]}}, "cannot act on dead letters with status parked"),
