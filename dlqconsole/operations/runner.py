@@ -115,6 +115,10 @@ LETTER_FIELDS = (
     "replay_count",
 )
 BUSY = "another operation is publishing it right now"
+# A dead letter whose publish fails becomes "failed" (waiting, retried by a policy) only when it was waiting: one
+# already replayed or moved, sent again and refused, keeps its status; the failure is on the operation's item.
+# Else a second replay that could not be routed would make a delivered message wait for redelivery.
+FAILABLE_STATUSES = frozenset({DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED})
 # The death headers as RabbitMQ 3.10 to 4.x writes them, left out of the headers read for a replay.
 DEATH_HEADER_NAMES = frozenset(DEATH_HEADERS) | {
     f"{prefix}{part}" for prefix in DEATH_HEADER_PREFIXES for part in ("queue", "reason", "exchange")
@@ -697,10 +701,11 @@ class OperationRunner:
             marked = _mark_in_flight([entry.item_pk for entry in claimed if not entry.resumed], was=ItemStatus.PENDING)
             marked |= _mark_in_flight([entry.item_pk for entry in claimed if entry.resumed], was=ItemStatus.IN_FLIGHT)
             claimed = [entry for entry in claimed if entry.item_pk in marked]
-            DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in failed]).update(
+            waiting = [entry for entry in failed if entry.letter.status in FAILABLE_STATUSES]
+            DeadLetter.objects.filter(pk__in=[entry.letter.pk for entry in waiting]).update(
                 status=DeadLetterStatus.FAILED, status_changed_at=now, next_retry_at=None
             )
-            count_status_change([_counted(entry.letter) for entry in failed], to_status=DeadLetterStatus.FAILED)
+            count_status_change([_counted(entry.letter) for entry in waiting], to_status=DeadLetterStatus.FAILED)
             _mark_items(
                 {entry.item_pk: problems[entry.destination] for entry in failed},
                 status=ItemStatus.FAILED,
@@ -789,7 +794,13 @@ class OperationRunner:
             }
             _record_items(rows)
             for status in (new_status, DeadLetterStatus.FAILED):
-                ids = [pk for pk, outcome in outcome_of.items() if outcome == status and pk in current]
+                ids = [
+                    pk
+                    for pk, outcome in outcome_of.items()
+                    if outcome == status
+                    and pk in current
+                    and (status != DeadLetterStatus.FAILED or current[pk].status in FAILABLE_STATUSES)
+                ]
                 if not ids:
                     continue
                 changes: dict[str, Any] = {"status": status, "status_changed_at": now, "next_retry_at": None}

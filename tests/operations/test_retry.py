@@ -6,9 +6,11 @@ from decimal import Decimal
 import pika
 import pytest
 from django.conf import settings
+from django.db import transaction
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
+from dlqconsole.ingest.services import add_counts
 from dlqconsole.operations.models import ItemStatus, OperationKind, OperationStatus
 from dlqconsole.operations.services import plan_operation, run_operation, start_operation
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
@@ -146,6 +148,47 @@ def test_moving_to_a_missing_queue_marks_the_messages_failed_and_loses_none(chan
     assert len(errors) == 1 and "NO_ROUTE" in errors.pop()
     assert counts(orders + ".dlq") == {"failed": 5}
     assert DeadLetter.objects.filter(source_queue=orders + ".dlq").count() == 5
+
+
+def mark_replayed(letters: list[DeadLetter]) -> None:
+    """As a finished retry leaves them: status replayed, counters moved with them."""
+    with transaction.atomic():
+        DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).update(status="replayed", replay_count=1)
+        cells: dict[tuple[str, int, str], int] = {}
+        for letter in letters:
+            key = (letter.source_queue, letter.pattern_id, letter.failure_reason)
+            cells[key] = cells.get(key, 0) + 1
+        add_counts(
+            [(*cell, "parked", -n) for cell, n in cells.items()] + [(*cell, "replayed", n) for cell, n in cells.items()]
+        )
+
+
+def test_an_already_replayed_dead_letter_whose_move_fails_stays_replayed(channel, queue_name, operator):
+    # As "failed" it would wait again, and a retry policy could deliver a message that was delivered already.
+    orders = queue_name("orders")
+    declare_with_dlq(channel, orders)
+    for n in range(2):
+        channel.basic_publish(exchange="", routing_key=orders, body=f"m{n}".encode())
+    kill_on_broker(channel, orders, 2)
+    wait_for_depth(channel, orders + ".dlq", 2)
+    letters = ingest_from(channel, orders + ".dlq")
+    mark_replayed(letters)
+
+    operation = plan_operation(
+        kind=OperationKind.MOVE,
+        filter={"queue": [orders], "status": ["replayed"]},
+        actor=operator,
+        target_queue=queue_name("nowhere"),
+    )
+    start_operation(operation=operation, actor=operator)
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert (operation.succeeded, operation.failed) == (0, 2)
+    assert set(operation.items.values_list("status", flat=True)) == {ItemStatus.FAILED}
+    statuses = DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).values_list("status", flat=True)
+    assert set(statuses) == {"replayed"}
+    assert counts(orders + ".dlq") == {"replayed": 2}
 
 
 def test_retry_to_a_missing_exchange_fails_without_publishing(channel, queue_name, operator):
