@@ -215,6 +215,22 @@ def test_a_patterns_waiting_count_links_to_exactly_the_dead_letters_it_counts(vi
     assert f'href="/messages/{settle_one.pk}/"' not in listed
 
 
+def test_dashboard_running_operations_count_only_what_was_done_as_done(viewer_client: Client, operator: User) -> None:
+    from dlqconsole.operations.models import Operation, OperationStatus
+    from dlqconsole.operations.services import plan_operation
+
+    many(10)
+    operation = plan_operation(kind="retry", filter={}, actor=operator)
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.RUNNING, succeeded=3, failed=1, skipped=2)
+
+    html = viewer_client.get("/").content.decode()
+    row = html[html.index(f"Retry #{operation.pk}") :].split("</tr>", 1)[0]
+
+    assert "3 / 10 replayed" in row and "1 failed, 2 skipped" in row
+    assert 'aria-valuenow="30"' in row
+    assert 'class="skipped" style="left: 40.0%; width: 20.0%"' in row
+
+
 def test_patterns_page_far_past_the_last_is_empty_not_an_error(viewer_client: Client) -> None:
     many(2)
 
