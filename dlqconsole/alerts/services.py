@@ -774,6 +774,56 @@ def delete_channel(*, channel: Channel, actor: Actor) -> None:
     channel.delete()
 
 
+class ChannelError(Exception):
+    """A channel action that cannot be done now; the message says why."""
+
+
+# At most this many alerts go in one summary of the alerts open now (the digest lists DIGEST_LIST_LIMIT of them).
+OPEN_SUMMARY_LIMIT = 1000
+
+
+def send_open_alerts(*, channel: Channel, actor: Actor) -> Notification:
+    """Queue one digest of the alerts open now (firing or acknowledged, not silenced) of the rules this channel
+    serves. A channel added or attached during an incident hears of alerts already firing only at their next
+    reminder or recovery; this tells it now, once, when an admin asks. Raises ChannelError when the channel is
+    disabled or no such alert is open."""
+    if not channel.enabled:
+        raise ChannelError("The channel is disabled: enable it first (a test can still be sent).")
+    now = timezone.now()
+    alerts = [
+        alert
+        for alert in Alert.objects.filter(
+            status__in=(AlertStatus.FIRING, AlertStatus.ACKNOWLEDGED), rule__channels=channel
+        )
+        .select_related("rule")
+        .distinct()
+        .order_by("fired_at", "pk")[:OPEN_SUMMARY_LIMIT]
+        if not _silenced(alert, now=now)
+    ]
+    if not alerts:
+        raise ChannelError(
+            "No alert of this channel's rules is firing or acknowledged now (silenced ones are left out)."
+        )
+    requested_by = getattr(actor, "username", "") or "system"
+    notices = [notification_context(alert, kind=NotificationKind.REMINDER) for alert in alerts]
+    with transaction.atomic():
+        notification = Notification.objects.create(
+            channel=channel,
+            kind=NotificationKind.DIGEST,
+            context=digest_context(notices) | {"requested_by": requested_by},
+            created_at=now,
+            next_attempt_at=now + QUEUED_LEASE,
+        )
+        record_audit(
+            actor=actor,
+            action="alerts.channel.send_open",
+            target=f"channel:{channel.pk}",
+            detail=f"{len(alerts)} open alert{'s' if len(alerts) != 1 else ''} sent to {channel.name}",
+        )
+        _enqueue([notification.pk])
+    return notification
+
+
 def send_test_notification(*, channel: Channel, actor: Actor) -> Notification:
     """Queue one test message to the channel (even a disabled one, to check it before switching it back on)."""
     now = timezone.now()

@@ -413,6 +413,21 @@ def channel_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
+def channel_send_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Send the alerts open now to this channel, once (see services.send_open_alerts)."""
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    try:
+        notification = services.send_open_alerts(channel=channel, actor=request.user)
+    except services.ChannelError as problem:
+        messages.error(request, str(problem))
+        return redirect("alerts:channel", pk=channel.pk)
+    count = notification.context.get("count", 0)
+    messages.success(request, f"{count} open alert{pluralize(count)} queued for this channel as one digest.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@require_POST
 def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
