@@ -45,3 +45,30 @@ document.addEventListener("htmx:beforeRequest", function (event) {
     event.preventDefault();
   }
 });
+// - a form with data-max-bytes is not sent when its text fields hold more than that many bytes (UTF-8): the
+//   server would refuse the whole request before the page could say why, and the edit would be lost. The
+//   element [data-size-error] in the form says how large it is instead.
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  var limit = form.dataset && Number(form.dataset.maxBytes);
+  if (!limit || event.defaultPrevented) return;
+  var size = 0;
+  form.querySelectorAll("textarea, input[type=text], input:not([type])").forEach(function (field) {
+    size += new Blob([field.value]).size;
+  });
+  var box = form.querySelector("[data-size-error]");
+  if (size <= limit) {
+    if (box) box.hidden = true;
+    return;
+  }
+  event.preventDefault();
+  if (box) {
+    var amount = function (bytes) {
+      return bytes >= 1048576 ? (bytes / 1048576).toFixed(1) + " MB" : Math.round(bytes / 1024) + " KB";
+    };
+    box.textContent = "The edited copy is " + amount(size) + ", more than the " + amount(limit) +
+      " the console takes in a form; nothing was sent. Shorten it, or retry the message unchanged.";
+    box.hidden = false;
+    box.scrollIntoView({block: "center"});
+  }
+});
