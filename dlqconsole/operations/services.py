@@ -440,6 +440,8 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
     canary_open = operation.canary_size and not operation.canary_passed and not operation.canary_failed
     status = OperationStatus.CANARY if canary_open else OperationStatus.RUNNING
     with transaction.atomic():
+        # The error that led to the pause goes into the resume's audit row and off the page: the page's "Last
+        # error" is then always one of this stretch of the run.
         resumed = Operation.objects.filter(pk=operation.pk, status=OperationStatus.PAUSED).update(
             status=status,
             pause_reason="",
@@ -447,10 +449,14 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
             returned_baseline=operation.returned,
             succeeded_baseline=operation.succeeded,
             heartbeat_at=timezone.now(),
+            last_error="",
         )
         if not resumed:
             raise OperationError(f"operation {operation.pk} is {operation.status}; only a paused one can resume")
-        record_audit(actor=actor, action="operation.resume", target=_target(operation), detail=_describe(operation))
+        detail = _describe(operation)
+        if operation.last_error:
+            detail = f"{detail}; the error before the resume: {operation.last_error}"[:2000]
+        record_audit(actor=actor, action="operation.resume", target=_target(operation), detail=detail)
         enqueue_run(operation)
     operation.refresh_from_db()
     return operation

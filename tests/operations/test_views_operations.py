@@ -685,7 +685,7 @@ def test_wording_paused_by_a_person_no_return_figures_before_publishing_and_an_o
 
     plan_page = client.get(f"/operations/{plan.pk}/").content.decode()
     paused_page = client.get(f"/operations/{paused.pk}/", headers=HX).content.decode()
-    Operation.objects.filter(pk=paused.pk).update(status=OperationStatus.RUNNING, pause_reason="")
+    client.post(f"/operations/{paused.pk}/resume/")
     resumed_page = client.get(f"/operations/{paused.pk}/", headers=HX).content.decode()
     client.post(f"/operations/{plan.pk}/cancel/")
     discarded_page = client.get(f"/operations/{plan.pk}/").content.decode()
@@ -695,8 +695,10 @@ def test_wording_paused_by_a_person_no_return_figures_before_publishing_and_an_o
     assert '<span class="small" data-testid="pause-reason">by otto-operator</span>' in paused_page
     assert "paused by otto-operator" not in paused_page and "Came back" in paused_page
     assert "<dt>Last error</dt>" in paused_page
-    assert "<dt>Last error</dt>" not in resumed_page and "<dt>Earlier error</dt>" in resumed_page
-    assert "(from before it was resumed; kept for the record, see the audit log)" in resumed_page
+    # The pause's error leaves the page on resume and is kept in the resume's audit row.
+    assert "<dt>Last error</dt>" not in resumed_page and "1 came back to a dead-letter queue" not in resumed_page
+    resume_row = AuditEntry.objects.get(action="operation.resume", target=f"operation:{paused.pk}")
+    assert resume_row.detail.endswith("; the error before the resume: 1 came back to a dead-letter queue")
     assert " 1 messages" not in plan_page + paused_page + resumed_page + discarded_page
 
 
