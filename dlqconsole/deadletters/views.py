@@ -86,6 +86,8 @@ class HtmxHttpRequest(HttpRequest):
 
 PATTERN_PAGE_SIZE = 50
 MAX_PATTERN_PAGE = 1_000_000
+# Levels of a chain of merges followed to find where a merged pattern's dead letters are now.
+MAX_MERGE_CHAIN = 10
 PATTERN_SORTS = {
     "waiting": ("-waiting", "-last_seen_at"),
     "total": ("-total_count", "-last_seen_at"),
@@ -375,24 +377,39 @@ def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int,
     """For each filtered pattern that was merged away: its number, the pattern that holds its dead letters now
     (the end of the chain of merges) and this page's query with that pattern instead. A link to a merged pattern
     (from an old alert, a ticket, a bookmark) then says where its dead letters went instead of showing none."""
+    away = FailurePattern.objects.filter(pk__in=pattern_ids, merged_into__isnull=False)
+    merged: dict[int, int] = dict(away.values_list("pk", "merged_into_id"))
+    if not merged:
+        return []
+    # Merges rarely chain: follow every chain a level at a time, one query per level, at most a few.
+    into = dict(merged)
+    for _ in range(MAX_MERGE_CHAIN):
+        unknown = {target for target in into.values() if target not in into}
+        further = dict(
+            FailurePattern.objects.filter(pk__in=unknown, merged_into__isnull=False).values_list("pk", "merged_into_id")
+        )
+        if not further:
+            break
+        into.update(further)
+    ends: dict[int, int] = {}
+    for pk in merged:
+        target, seen = into[pk], {pk}
+        while target in into and target not in seen:
+            seen.add(target)
+            target = into[target]
+        ends[pk] = target
+    patterns = FailurePattern.objects.in_bulk(set(ends.values()))
     found: list[tuple[int, FailurePattern, str]] = []
-    for pattern in FailurePattern.objects.filter(pk__in=pattern_ids, merged_into__isnull=False).order_by("pk"):
-        target, seen = pattern, {pattern.pk}
-        while target.merged_into_id is not None and target.merged_into_id not in seen and len(seen) < 20:
-            seen.add(target.merged_into_id)
-            target = FailurePattern.objects.get(pk=target.merged_into_id)
+    for pk in sorted(ends):
+        target = patterns.get(ends[pk])
+        if target is None:
+            continue
         moved = query.copy()
         for name in ("before", "after"):
             moved.pop(name, None)
-        numbers = _pattern_numbers(query)
-        moved.setlist("pattern", [str(target.pk) if value == str(pattern.pk) else value for value in numbers])
-        found.append((pattern.pk, target, moved.urlencode()))
+        moved.setlist("pattern", [str(target.pk if number == pk else number) for number in pattern_ids])
+        found.append((pk, target, moved.urlencode()))
     return found
-
-
-def _pattern_numbers(query: QueryDict) -> list[str]:
-    """The pattern numbers of a query, whether given as ?pattern=1&pattern=2 or ?pattern=1,2."""
-    return [part.strip() for value in query.getlist("pattern") for part in value.split(",") if part.strip()]
 
 
 def _keyset_page(

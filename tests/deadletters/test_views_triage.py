@@ -323,3 +323,17 @@ def test_messages_of_a_merged_away_pattern_point_to_where_they_went(operator: Us
     assert f"Pattern #{source.pk} was merged into" in page
     assert f'href="?pattern={target.pk}&amp;reason=INTERNAL"' in page
     assert "was merged into" not in plain
+
+
+def test_a_chain_of_merges_is_followed_to_its_end_whatever_way_the_number_is_written(operator: User) -> None:
+    first = FailurePattern.objects.get(pk=many(1, error="disk full")[0].pattern_id)
+    second = FailurePattern.objects.get(pk=many(1, error="no space left on device")[0].pattern_id)
+    last = FailurePattern.objects.get(pk=many(1, error="quota exceeded on volume")[0].pattern_id)
+    client = client_for(operator)
+    client.post("/patterns/merge/", {"target": second.pk, "sources": [first.pk], "action": "merge"})
+    client.post("/patterns/merge/", {"target": last.pk, "sources": [second.pk], "action": "merge"})
+
+    page = client.get(f"/messages/?pattern=0{first.pk}").content.decode()
+
+    assert f'Pattern #{first.pk} was merged into <a href="/patterns/{last.pk}/">#{last.pk}</a>' in page
+    assert f'href="?pattern={last.pk}"' in page
