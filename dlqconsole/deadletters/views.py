@@ -401,14 +401,14 @@ def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int,
     patterns = FailurePattern.objects.in_bulk(set(ends.values()))
     found: list[tuple[int, FailurePattern, str]] = []
     for pk in sorted(ends):
-        target = patterns.get(ends[pk])
-        if target is None:
+        holder = patterns.get(ends[pk])
+        if holder is None:
             continue
         moved = query.copy()
         for name in ("before", "after"):
             moved.pop(name, None)
-        moved.setlist("pattern", [str(target.pk if number == pk else number) for number in pattern_ids])
-        found.append((pk, target, moved.urlencode()))
+        moved.setlist("pattern", [str(holder.pk if number == pk else number) for number in pattern_ids])
+        found.append((pk, holder, moved.urlencode()))
     return found
 
 
