@@ -112,10 +112,12 @@ AUTHENTICATION_BACKENDS = [
     "dlqconsole.accounts.signin.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-# After this many failed sign-ins for one user name, or from one address, within the window, sign-in is refused
-# for the lockout (see dlqconsole/accounts/signin.py), counted in the cache below.
-DLQ_LOGIN_FAILURES_PER_USER = env_int("DLQ_LOGIN_FAILURES_PER_USER", 5, minimum=1)
-DLQ_LOGIN_FAILURES_PER_IP = env_int("DLQ_LOGIN_FAILURES_PER_IP", 20, minimum=1)
+# After this many failed sign-ins within the window, for one user name from one address, from one address (an IPv6
+# /64), or for one user name from anywhere, sign-in there is refused for the lockout (see
+# dlqconsole/accounts/signin.py), counted in the cache below. The last is high: anyone can fail for any name.
+DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS = env_int("DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS", 5, minimum=1)
+DLQ_LOGIN_FAILURES_PER_ADDRESS = env_int("DLQ_LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+DLQ_LOGIN_FAILURES_PER_NAME = env_int("DLQ_LOGIN_FAILURES_PER_NAME", 100, minimum=1)
 DLQ_LOGIN_FAILURE_WINDOW = env_duration("DLQ_LOGIN_FAILURE_WINDOW", "15m", minimum=1)
 DLQ_LOGIN_LOCKOUT = env_duration("DLQ_LOGIN_LOCKOUT", "15m", minimum=1)
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,28 +1,41 @@
 """Sign-in audit and throttling, for every form that signs in with a password (/login/ and /admin/login/).
 
 Each failed sign-in writes an audit row (`accounts.login.failed`: no actor, the user name tried, the client's
-address; never the password) and each successful one another (`accounts.login`). After
-DLQ_LOGIN_FAILURES_PER_USER failures for one user name, or DLQ_LOGIN_FAILURES_PER_IP from one address, within
-DLQ_LOGIN_FAILURE_WINDOW, further attempts for that name or from that address are refused for DLQ_LOGIN_LOCKOUT
-without the password being checked (`accounts.login.refused`), whatever the password: guessing stops paying. The
-login page says so and when it ends (a 200 with that error in place of the form's usual one).
+address; never the password) and each successful one another (`accounts.login`).
+
+Failures are counted three ways within DLQ_LOGIN_FAILURE_WINDOW, and reaching a limit refuses further attempts
+there for DLQ_LOGIN_LOCKOUT without the password being checked (`accounts.login.refused`), whatever the password:
+- a user name from one address (DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS, 5): someone guessing one account;
+- one address, whatever the names (DLQ_LOGIN_FAILURES_PER_ADDRESS, 20): someone guessing many accounts;
+- a user name from anywhere (DLQ_LOGIN_FAILURES_PER_NAME, 100): a guess spread over many addresses.
+A lock on a user name alone lets anyone who can reach the page lock that account out, so its limit is high; the
+narrow limits are on the pair and the address, which lock out only the one guessing. An IPv6 client is counted by
+its /64 (one host commonly holds a whole /64, so its single addresses cost an attacker nothing).
+
+Each attempt takes its slot in every count before its password is checked (an atomic increment), so parallel
+attempts cannot all be checked before the first failure is counted: the attempt whose slot is past a limit is
+refused. A successful sign-in gives its slots back (and clears its user name's count from that address). The
+login page says when a lock ends (a 200 with that error in place of the form's usual one).
 
 Counts live in Django's cache (Redis when REDIS_URL is set, so every web process shares them). A cache that
 cannot be reached lets sign-ins through, with a warning in the log: on-call people must be able to sign in during
 an incident that took Redis down.
 
 The check is an authentication backend listed before ModelBackend: Django's authenticate() asks it first and
-stops at its PermissionDenied, then sends user_login_failed, which is where failures are counted and recorded.
+stops at its PermissionDenied, then sends user_login_failed, which is where failures are recorded.
 The client's address is REMOTE_ADDR: behind a reverse proxy every client has the proxy's address, and the
-per-address limit then counts everyone together.
+per-address limits then count everyone together.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+import ipaddress
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -38,10 +51,33 @@ from dlqconsole.core.durations import format_duration
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "dlq:signin"
+# The scopes failures are counted in, most specific first (a refusal names the first one locked).
+NAME_AND_ADDRESS = "name-address"
+ADDRESS = "address"
+NAME = "name"
+REFUSAL_REASONS = {
+    NAME_AND_ADDRESS: "for this user name from your address",
+    ADDRESS: "from your address",
+    NAME: "for this user name from many addresses",
+}
 
 
 def client_ip(request: HttpRequest | None) -> str:
     return str(request.META.get("REMOTE_ADDR") or "unknown") if request is not None else "unknown"
+
+
+def client_network(address: str) -> str:
+    """What an address is counted as: an IPv4 address itself (also written IPv4-mapped), an IPv6 address its /64."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        # Built from the integer: a scope id ("fe80::1%eth0") is not part of the network.
+        return str(ipaddress.IPv6Network((int(parsed) >> 64 << 64, 64)))
+    return str(parsed)
 
 
 def _key(kind: str, scope: str, value: str) -> str:
@@ -50,72 +86,144 @@ def _key(kind: str, scope: str, value: str) -> str:
     return f"{KEY_PREFIX}:{kind}:{scope}:{digest}"
 
 
-def _scopes(username: str, ip: str) -> list[tuple[str, str, int]]:
+@dataclass(frozen=True)
+class Scope:
+    kind: str
+    value: str
+    limit: int
+
+    def key(self, kind: str) -> str:
+        return _key(kind, self.kind, self.value)
+
+
+@dataclass(frozen=True)
+class Lock:
+    scope: Scope
+    until: float
+
+
+@dataclass
+class Reservation:
+    """The slots one attempt took, with its number in each count's window."""
+
+    slots: list[tuple[Scope, int]] = field(default_factory=list)
+
+
+def _scopes(username: str, ip: str) -> list[Scope]:
+    network = client_network(ip)
+    name = username.casefold()
     return [
-        ("user", username, settings.DLQ_LOGIN_FAILURES_PER_USER),
-        ("ip", ip, settings.DLQ_LOGIN_FAILURES_PER_IP),
+        # Django's form fields refuse a NUL in a user name, so no two pairs join into the same text.
+        Scope(NAME_AND_ADDRESS, f"{name}\x00{network}", settings.DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS),
+        Scope(ADDRESS, network, settings.DLQ_LOGIN_FAILURES_PER_ADDRESS),
+        Scope(NAME, name, settings.DLQ_LOGIN_FAILURES_PER_NAME),
     ]
 
 
-def locked_until(*, username: str, ip: str) -> float | None:
-    """When the lock on this user name or address ends (a Unix time), or None when sign-in may be tried."""
-    try:
-        ends = cache.get_many([_key("lock", scope, value) for scope, value, _ in _scopes(username, ip)])
-    except Exception:
-        logger.warning("Sign-in throttle: the cache cannot be read; letting the attempt through", exc_info=True)
-        return None
-    now = time.time()
-    later = [float(end) for end in ends.values() if float(end) > now]
-    return max(later, default=None)
-
-
-def count_failure(*, username: str, ip: str) -> float | None:
-    """Count one failed sign-in; lock the user name or address that reached its limit. The lock's end, if any."""
-    now = time.time()
+def _take_slot(key: str) -> int:
+    """Count one attempt atomically; the window starts at the first (incr keeps the key's expiry)."""
     window = settings.DLQ_LOGIN_FAILURE_WINDOW
+    cache.add(key, 0, timeout=window)
+    try:
+        number = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 0, timeout=window)
+        number = cache.incr(key)
+    if number == 1:
+        # Django's Redis incr checks that the key exists, then increments: a key that expired in between is made
+        # again by Redis without an expiry. The first slot of a window sets the expiry again, to be sure.
+        cache.touch(key, window)
+    return int(number)
+
+
+def _give_back_slot(key: str) -> None:
+    # A missing key: the window ended meanwhile, or a lock cleared the count.
+    with contextlib.suppress(ValueError):
+        cache.decr(key)
+
+
+def _lock(scope: Scope) -> Lock:
+    """Lock a scope for the lockout unless it is locked already (then that lock's end holds); a fresh count
+    starts when it ends."""
     lockout = settings.DLQ_LOGIN_LOCKOUT
-    until = None
+    cache.add(scope.key("lock"), time.time() + lockout, timeout=lockout)
+    cache.delete(scope.key("failures"))
+    until = cache.get(scope.key("lock"))
+    return Lock(scope, float(until) if until is not None else time.time() + lockout)
+
+
+def reserve_attempt(*, username: str, ip: str) -> Reservation | Lock:
+    """Before a password is checked: the lock that refuses this attempt, or the slots it took in every count."""
+    scopes = _scopes(username, ip)
+    reservation = Reservation()
     try:
-        for scope, value, limit in _scopes(username, ip):
-            key = _key("failures", scope, value)
-            # The window starts at the first failure; incr keeps the key's expiry.
-            cache.add(key, 0, timeout=window)
-            try:
-                failures = cache.incr(key)
-            except ValueError:  # expired between add and incr
-                cache.set(key, 1, timeout=window)
-                failures = 1
-            if failures >= limit:
-                cache.set(_key("lock", scope, value), now + lockout, timeout=lockout)
-                cache.delete(key)
-                until = now + lockout
+        ends = cache.get_many([scope.key("lock") for scope in scopes])
+        now = time.time()
+        for scope in scopes:
+            end = ends.get(scope.key("lock"))
+            if end is not None and float(end) > now:
+                return Lock(scope, float(end))
+        for scope in scopes:
+            reservation.slots.append((scope, _take_slot(scope.key("failures"))))
+        for scope, number in reservation.slots:
+            if number > scope.limit:
+                # As many attempts as the limit failed or are being checked right now: this one is refused.
+                release(reservation)
+                return _lock(scope)
     except Exception:
-        logger.warning("Sign-in throttle: the cache cannot be written; the failure is not counted", exc_info=True)
-    return until
+        logger.warning("Sign-in throttle: the cache cannot be used; letting the attempt through", exc_info=True)
+    return reservation
 
 
-def forget_failures(*, username: str) -> None:
-    """A successful sign-in clears its user name's count (not its address's: one good account must not reset
-    the count of guesses made from the same place at other accounts)."""
+def count_failure(reservation: Reservation) -> Lock | None:
+    """After a wrong password: its slots stay counted; a count that reached its limit locks its scope. The
+    lock a refusal would name (the most specific), if any."""
+    locks = []
     try:
-        cache.delete(_key("failures", "user", username))
+        for scope, number in reservation.slots:
+            if number >= scope.limit:
+                locks.append(_lock(scope))
+    except Exception:
+        logger.warning("Sign-in throttle: the cache cannot be written; the limit is not applied", exc_info=True)
+    return locks[0] if locks else None
+
+
+def release(reservation: Reservation) -> None:
+    """Give an attempt's slots back: one refused or signed in is not a failure."""
+    try:
+        for scope, _ in reservation.slots:
+            _give_back_slot(scope.key("failures"))
+    except Exception:
+        logger.warning("Sign-in throttle: the cache cannot be written", exc_info=True)
+    reservation.slots = []
+
+
+def forget_failures(reservation: Reservation) -> None:
+    """A successful sign-in gives its slots back and clears its user name's count from its address; not the
+    address's (one good account must not reset the count of guesses made from the same place at other accounts)
+    nor the name's from everywhere (the owner signing in must not reset a guess spread over many addresses)."""
+    pairs = [scope for scope, _ in reservation.slots if scope.kind == NAME_AND_ADDRESS]
+    release(reservation)
+    try:
+        cache.delete_many([scope.key("failures") for scope in pairs])
     except Exception:
         logger.warning("Sign-in throttle: the cache cannot be written", exc_info=True)
 
 
-def refusal_message(until: float) -> str:
-    seconds = max(1, round(until - time.time()))
-    ends = timezone.localtime(dt.datetime.fromtimestamp(until, tz=dt.UTC))
+def refusal_message(lock: Lock) -> str:
+    seconds = max(1, round(lock.until - time.time()))
+    ends = timezone.localtime(dt.datetime.fromtimestamp(lock.until, tz=dt.UTC))
     return (
-        f"Too many failed sign-ins for this user name or from this address: sign-in is refused until "
+        f"Too many failed sign-ins {REFUSAL_REASONS[lock.scope.kind]}: sign-in is refused until "
         f"{ends:%H:%M} {ends.tzname()} (in {format_duration(seconds)}), even with the right password. "
         "An admin can see the attempts on the audit page."
     )
 
 
 class LoginThrottleBackend:
-    """Refuses a sign-in while its user name or address is locked; authenticates nobody itself. It has no
-    get_user() on purpose: Django's force_login and the session take the first backend that has one."""
+    """Refuses a sign-in while its user name, address or both are locked, and otherwise takes the attempt's slots
+    before ModelBackend checks the password; authenticates nobody itself. It has no get_user() on purpose:
+    Django's force_login and the session take the first backend that has one."""
 
     def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
@@ -124,40 +232,42 @@ class LoginThrottleBackend:
             return None
         # Marks a sign-in with a password (force_login and the like are not audited as sign-ins).
         request.password_sign_in = True  # type: ignore[attr-defined]
-        until = locked_until(username=username, ip=client_ip(request))
-        if until is not None:
-            request.login_refused_until = until  # type: ignore[attr-defined]
-            request.login_refusal = refusal_message(until)  # type: ignore[attr-defined]
+        outcome = reserve_attempt(username=username, ip=client_ip(request))
+        if isinstance(outcome, Lock):
+            request.login_lock = outcome  # type: ignore[attr-defined]
+            request.login_refusal = refusal_message(outcome)  # type: ignore[attr-defined]
             raise PermissionDenied(request.login_refusal)  # type: ignore[attr-defined]
+        request.login_reservation = outcome  # type: ignore[attr-defined]
         return None
 
 
 def on_login_failed(
     sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
 ) -> None:
-    """user_login_failed: count the failure and record it (credentials arrive with the password masked, and
-    only the user name is read from them)."""
+    """user_login_failed: record the failure, locking what reached its limit (credentials arrive with the
+    password masked, and only the user name is read from them)."""
     username = str(credentials.get("username") or "")
     ip = client_ip(request)
     target = f"user:{username}"[:255]
-    refused_until = getattr(request, "login_refused_until", None)
-    if refused_until is not None:
+    if getattr(request, "login_lock", None) is not None:
         _record_anonymous(action="accounts.login.refused", target=target, detail=f"from {ip}; locked, not checked")
         return
-    until = count_failure(username=username, ip=ip)
+    lock = count_failure(getattr(request, "login_reservation", None) or Reservation())
     detail = f"from {ip}"
-    if until is not None:
-        detail += f"; limit reached, sign-in refused for {format_duration(settings.DLQ_LOGIN_LOCKOUT)}"
+    if lock is not None:
+        detail += (
+            f"; {lock.scope.kind} limit reached, sign-in refused for {format_duration(settings.DLQ_LOGIN_LOCKOUT)}"
+        )
         if request is not None:
-            request.login_refusal = refusal_message(until)  # type: ignore[attr-defined]
+            request.login_refusal = refusal_message(lock)  # type: ignore[attr-defined]
     _record_anonymous(action="accounts.login.failed", target=target, detail=detail)
 
 
 def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
-    """user_logged_in: record a sign-in with a password and clear its user name's failures."""
+    """user_logged_in: record a sign-in with a password and give back its slots in the failure counts."""
     if request is None or not getattr(request, "password_sign_in", False):
         return
-    forget_failures(username=user.get_username())
+    forget_failures(getattr(request, "login_reservation", None) or Reservation())
     record_audit(
         actor=user, action="accounts.login", target=f"user:{user.get_username()}", detail=f"from {client_ip(request)}"
     )

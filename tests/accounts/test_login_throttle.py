@@ -1,6 +1,7 @@
 """Failed and successful sign-ins are audited (never the password), and guessing is throttled: five failures for
-one user name, or twenty from one address, within the window refuse further attempts for the lockout, on the
-console's login page and the admin's."""
+one user name from one address, twenty from one address (an IPv6 /64), or a hundred for one user name from
+anywhere, within the window, refuse further attempts there for the lockout, on the console's login page and the
+admin's."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.accounts.signin import LoginThrottleBackend
 from tests.conftest import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
@@ -64,25 +66,56 @@ def test_force_login_writes_no_audit_row(viewer: User) -> None:
     assert not AuditEntry.objects.exists()
 
 
-def test_five_failures_for_a_name_refuse_it_even_with_the_right_password(viewer: User, operator: User) -> None:
-    for number in range(4):
-        assert "Too many failed" not in attempt(viewer.username, WRONG, ip=f"10.0.0.{number}")[1].content.decode()
+def test_five_failures_for_a_name_from_one_address_refuse_that_pair_even_with_the_right_password(
+    viewer: User, operator: User
+) -> None:
+    for _ in range(4):
+        assert "Too many failed" not in attempt(viewer.username, WRONG, ip="10.0.0.99")[1].content.decode()
     fifth = attempt(viewer.username, WRONG, ip="10.0.0.99")[1]
     # The fifth failure already says that the next attempts are refused.
     assert fifth.status_code == 200 and "Too many failed sign-ins" in fifth.content.decode()
 
-    client, response = attempt(viewer.username, "pw-vera-viewer", ip="10.0.0.100")
+    client, response = attempt(viewer.username, "pw-vera-viewer", ip="10.0.0.99")
 
     page = response.content.decode()
     assert response.status_code == 200
-    assert "Too many failed sign-ins" in page and "even with the right password" in page
+    assert "Too many failed sign-ins for this user name from your address" in page
+    assert "even with the right password" in page
     assert "Please enter a correct username" not in page
     assert not signed_in(client)
     assert AuditEntry.objects.filter(action="accounts.login.failed").count() == 5
     refused = AuditEntry.objects.get(action="accounts.login.refused")
-    assert refused.target == "user:vera-viewer" and "10.0.0.100" in refused.detail
-    # Another user name from the same addresses is not locked.
+    assert refused.target == "user:vera-viewer" and "10.0.0.99" in refused.detail
+    # Another user name from the same address is not locked, nor the same name from another address.
     assert signed_in(sign_in(operator.username, "pw-otto-operator", ip="10.0.0.99"))
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="10.0.0.100"))
+
+
+def test_failures_from_other_addresses_do_not_lock_the_owner_out(viewer: User) -> None:
+    # Someone who knows the user name fails for it from elsewhere: the owner still signs in from their own address.
+    for number in range(30):
+        sign_in(viewer.username, WRONG, ip=f"198.51.100.{number}")
+
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="10.1.2.3"))
+
+
+def test_many_failures_for_a_name_from_many_addresses_refuse_that_name(viewer: User, settings: Any) -> None:
+    settings.DLQ_LOGIN_FAILURES_PER_NAME = 12
+    for number in range(12):
+        sign_in(viewer.username, WRONG, ip=f"198.51.100.{number}")
+
+    client, response = attempt(viewer.username, "pw-vera-viewer", ip="10.1.2.3")
+
+    assert not signed_in(client)
+    assert "Too many failed sign-ins for this user name from many addresses" in response.content.decode()
+
+
+def test_the_default_limit_for_a_name_from_anywhere_is_far_above_the_pairs() -> None:
+    from django.conf import settings
+
+    assert settings.DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS == 5
+    assert settings.DLQ_LOGIN_FAILURES_PER_ADDRESS == 20
+    assert settings.DLQ_LOGIN_FAILURES_PER_NAME >= 100
 
 
 def test_the_user_name_lock_ignores_case(viewer: User) -> None:
@@ -98,6 +131,41 @@ def test_twenty_failures_from_one_address_refuse_that_address(viewer: User) -> N
 
     assert not signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="192.0.2.1"))
     assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="192.0.2.2"))
+
+
+def test_an_ipv6_client_is_counted_by_its_slash_64(viewer: User) -> None:
+    # One host holds a whole /64: a new address for every guess must not reset the count.
+    for number in range(20):
+        sign_in(f"guess-{number}", WRONG, ip=f"2001:db8:1:1::{number + 1:x}")
+
+    assert not signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="2001:db8:1:1:ffff::1"))
+    assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="2001:db8:1:2::1"))
+
+
+def test_an_ipv4_mapped_address_counts_as_its_ipv4_address(viewer: User) -> None:
+    for _ in range(5):
+        sign_in(viewer.username, WRONG, ip="::ffff:192.0.2.9")
+
+    assert not signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="192.0.2.9"))
+
+
+def test_attempts_take_their_slot_before_the_password_is_checked(viewer: User) -> None:
+    # Five attempts being checked at once (none has failed yet): a sixth is refused without a password check,
+    # so parallel guesses cannot all be checked before the first failure is counted.
+    backend = LoginThrottleBackend()
+    for _ in range(5):
+        backend.authenticate(RequestFactory().post("/login/", REMOTE_ADDR="10.0.0.7"), username="vera-viewer")
+
+    client, response = attempt(viewer.username, "pw-vera-viewer", ip="10.0.0.7")
+
+    assert not signed_in(client)
+    assert "Too many failed sign-ins for this user name from your address" in response.content.decode()
+
+
+def test_a_successful_sign_in_gives_its_slot_back(viewer: User, settings: Any) -> None:
+    settings.DLQ_LOGIN_FAILURES_PER_ADDRESS = 3
+    for _ in range(5):
+        assert signed_in(sign_in(viewer.username, "pw-vera-viewer", ip="10.0.0.8"))
 
 
 def test_the_admin_login_is_throttled_too(admin_user: User) -> None:

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
 
-from dlqconsole.accounts.signin import _key
+from dlqconsole.accounts.signin import _scopes
 
 pytestmark = [pytest.mark.django_db]
 
@@ -30,16 +30,19 @@ def test_failures_are_counted_in_redis() -> None:
     try:
         for _ in range(5):
             Client(REMOTE_ADDR=address).post("/login/", {"username": name, "password": "wrong"})
-        assert cache.get(_key("lock", "user", name)) is not None
+        pair = _scopes(name, address)[0]
+        assert cache.get(pair.key("lock")) is not None
+        # Every count and lock expires: none is left in Redis for ever.
+        redis = cache._cache.get_client()  # type: ignore[attr-defined]
+        for key in (
+            pair.key("lock"),
+            _scopes(name, address)[1].key("failures"),
+            _scopes(name, address)[2].key("failures"),
+        ):
+            assert 0 < redis.ttl(cache.make_and_validate_key(key)) <= 15 * 60
 
         client = Client(REMOTE_ADDR=address)
         client.post("/login/", {"username": name, "password": "pw-right-one"})
         assert client.get("/").status_code == 302
     finally:
-        cache.delete_many(
-            [
-                _key(kind, scope, value)
-                for kind in ("lock", "failures")
-                for scope, value in (("user", name), ("ip", address))
-            ]
-        )
+        cache.delete_many([scope.key(kind) for kind in ("lock", "failures") for scope in _scopes(name, address)])
