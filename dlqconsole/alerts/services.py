@@ -39,7 +39,8 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     RuleKind,
 )
-from dlqconsole.alerts.notifiers import NotifierError
+from dlqconsole.alerts.notifiers import NOTIFIERS, NotifierError
+from dlqconsole.alerts.notifiers.webhook import WebhookNotifier
 from dlqconsole.deadletters.templatetags.charts import stamp
 
 logger = logging.getLogger(__name__)
@@ -754,9 +755,18 @@ def save_channel(*, channel: Channel, actor: Actor, attach_to_all_rules: bool = 
             actor=actor,
             action="alerts.channel.create" if creating else "alerts.channel.update",
             target=f"channel:{channel.pk}",
-            detail=f"{channel.name} ({channel.kind}) {channel.target_display}",
+            detail=f"{channel.name} ({channel.kind}) {_audit_target(channel)}",
         )
     return channel
+
+
+def _audit_target(channel: Channel) -> str:
+    """A channel's target as its audit row says it: viewers read the audit log, so a webhook's URL is its scheme
+    and host only (the secret to post to it may be anywhere in the rest); an e-mail channel's addresses as they are."""
+    notifier = NOTIFIERS.get(channel.kind)
+    if notifier is not None and issubclass(notifier, WebhookNotifier):
+        return notifier.audit_target(channel.target)
+    return channel.target_display
 
 
 def enable_channel(*, channel: Channel, actor: Actor) -> Channel:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import socket
 from typing import Any
 from urllib.parse import urlsplit
@@ -188,7 +189,7 @@ def post_json(
     """POST `payload` as JSON to `url`; return the response when its status is 2xx, raise HttpError otherwise."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise HttpError(f"Not an http(s) URL: {url[:200]!r}", permanent=True)
+        raise HttpError(f"Not an http(s) URL (scheme {parts.scheme[:20]!r})", permanent=True)
     check_target(url)
     seconds = timeout if timeout is not None else settings.DLQ_HTTP_TIMEOUT_SECONDS
     with requests.Session() as session:
@@ -209,9 +210,9 @@ def post_json(
         except requests.Timeout:
             raise HttpError(f"Timed out after {seconds:g} s") from None
         except requests.ConnectionError as error:
-            raise HttpError(f"Connection failed: {_reason(error)}") from None
+            raise HttpError(f"Connection failed: {_reason(error, url)}") from None
         except requests.RequestException as error:
-            raise HttpError(f"Request failed: {_reason(error)}", permanent=True) from None
+            raise HttpError(f"Request failed: {_reason(error, url)}", permanent=True) from None
     if 200 <= response.status_code < 300:
         return response
     status = response.status_code
@@ -219,7 +220,16 @@ def post_json(
     raise HttpError(f"HTTP {status}: {response.text[:200]}", status=status, permanent=permanent)
 
 
-def _reason(error: Exception) -> str:
+def _reason(error: Exception, url: str) -> str:
+    """The error's text without the URL's secrets: requests and urllib3 quote the URL or its path ("Max retries
+    exceeded with url: /path?query"), which may hold the receiver's token, and the error is shown to viewers on
+    the alert pages. The host stays (it says which receiver failed)."""
+    parts = urlsplit(url)
+    text = str(error).replace(url, f"{parts.scheme}://{parts.hostname}/…")
+    text = re.sub(r"(with url: )\S+", r"\1/…", text)
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    for secret in (tail, parts.path, parts.query, parts.password or ""):
+        if len(secret) > 1:
+            text = text.replace(secret, "/…")
     # requests nests the interesting part (e.g. "Connection refused") several exceptions deep.
-    text = str(error)
     return text[-300:] if len(text) > 300 else text

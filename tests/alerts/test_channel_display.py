@@ -1,11 +1,13 @@
-"""Channels can be told apart: names are unique without regard to case, and the target shows its path (the list
-cut in the middle, the channel page whole) with its secrets masked the same way on both."""
+"""Channels can be told apart: names are unique without regard to case, and the target shows its scheme, host,
+port and first path segment (the list cut in the middle, the channel page whole), every other path segment and
+every parameter and query value masked, the same way on both."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
+from django.utils.html import escape
 
 from dlqconsole.alerts.models import Channel
 from dlqconsole.alerts.notifiers.webhook import WebhookNotifier
@@ -19,25 +21,31 @@ pytestmark = [pytest.mark.django_db]
     [
         (
             "https://hooks.slack.com/services/T0123ABC/B0456DEF/abcdefghijklmnopqrstuvwx",
-            "https://hooks.slack.com/services/T0123ABC/B0456DEF/••••",
+            "https://hooks.slack.com/services/••••",
         ),
         ("https://chat.example.com/hooks/k3y", "https://chat.example.com/hooks/••••"),
-        ("https://discord.com/api/webhooks/123456/abcDEF_123-xyz", "https://discord.com/api/webhooks/123456/••••"),
+        ("https://discord.com/api/webhooks/123456/abcDEF_123-xyz", "https://discord.com/api/••••"),
         (
             "https://ops.example.com/alerts/orders?token=abc&team=x",
-            "https://ops.example.com/alerts/orders?token=••••&team=••••",
+            "https://ops.example.com/alerts/••••?token=••••&team=••••",
         ),
-        ("https://bot:pa55@ops.example.com/in", "https://bot:••••@ops.example.com/in"),
-        ("https://0f8fad5bd9cb469fa16570867728950e@ops.example.com/in", "https://••••@ops.example.com/in"),
-        ("https://x.example.com/in/0f8fad5bd9cb469fa16570867728950e/go", "https://x.example.com/in/••••/go"),
-        ("http://127.0.0.1:9000/alerts/dlq", "http://127.0.0.1:9000/alerts/dlq"),
+        ("https://bot:pa55@ops.example.com/in", "https://bot:••••@ops.example.com/••••"),
+        ("https://0f8fad5bd9cb469fa16570867728950e@ops.example.com/in", "https://••••@ops.example.com/••••"),
+        ("https://x.example.com/in/0f8fad5bd9cb469fa16570867728950e/go", "https://x.example.com/in/••••"),
+        ("http://127.0.0.1:9000/alerts/dlq", "http://127.0.0.1:9000/alerts/••••"),
+        ("http://127.0.0.1:9000/", "http://127.0.0.1:9000/"),
+        # Secrets that do not look like tokens: a topic name (ntfy), a short key, a path parameter.
+        ("https://ntfy.sh/my-secret-topic-abc", "https://ntfy.sh/••••"),
+        ("https://example.com/alert/s3cr3t-short", "https://example.com/alert/••••"),
+        ("https://example.com/notify;token=abcdefabcdefabcdef12", "https://example.com/••••"),
+        ("https://example.com/notify;token=s3cr3t/in", "https://example.com/notify;token=••••/••••"),
     ],
 )
-def test_a_webhook_target_is_shown_with_its_path_and_its_secrets_masked(target: str, shown: str) -> None:
+def test_a_webhook_target_is_shown_with_every_path_segment_past_the_first_masked(target: str, shown: str) -> None:
     assert WebhookNotifier.display_target(target) == shown
 
 
-def test_two_slack_webhooks_look_different_in_the_list_and_on_their_pages(admin_user: User) -> None:
+def test_two_slack_webhooks_are_told_apart_by_name_and_never_show_their_path(admin_user: User) -> None:
     first = Channel.objects.create(
         name="orders", kind="slack", target="https://hooks.slack.com/services/T0AAA/B0ORDERS/s3cr3tOrdersToken0001"
     )
@@ -50,33 +58,34 @@ def test_two_slack_webhooks_look_different_in_the_list_and_on_their_pages(admin_
     pages = [client.get(reverse("alerts:channel", args=[c.pk])).content.decode() for c in (first, second)]
 
     for html in (listing, *pages):
-        assert "s3cr3t" not in html
-    assert "/services/T0AAA/B0ORDERS/••••" in listing and "/services/T0AAA/B0PAYMNT/••••" in listing
-    assert "https://hooks.slack.com/services/T0AAA/B0ORDERS/••••" in pages[0]
-    assert "https://hooks.slack.com/services/T0AAA/B0PAYMNT/••••" in pages[1]
+        assert "s3cr3t" not in html and "B0ORDERS" not in html and "B0PAYMNT" not in html
+    assert "https://hooks.slack.com/services/••••" in listing
+    assert "orders" in pages[0] and "https://hooks.slack.com/services/••••" in pages[0]
+    assert "payments" in pages[1]
 
 
 def test_a_long_target_is_cut_in_the_middle_in_the_list_and_whole_on_its_page(admin_user: User) -> None:
-    target = "https://alerts.internal.example.com/receivers/platform-team/dead-letters/production/eu-west-1/orders"
+    target = "https://alerts.internal.example.com:8443/receivers/platform-team?team=dead-letters&region=eu-west-1&x=1"
     channel = Channel.objects.create(name="long", kind="webhook", target=target)
     client = client_for(admin_user)
 
     listing = client.get(reverse("alerts:channels")).content.decode()
     page = client.get(reverse("alerts:channel", args=[channel.pk])).content.decode()
 
-    assert channel.target_short in listing and "…" in channel.target_short
-    assert channel.target_short.startswith("https://alerts.internal.example.com/receivers/")
-    assert channel.target_short.endswith("eu-west-1/orders")
-    assert f'title="{target}"' in listing
-    assert target in page
+    assert escape(channel.target_short) in listing and "…" in channel.target_short
+    assert channel.target_short.startswith("https://alerts.internal.example.com:8443/")
+    assert channel.target_short.endswith("&x=••••")
+    assert f'title="{escape(channel.target_display)}"' in listing
+    assert escape(channel.target_display) in page and "dead-letters" not in page
 
 
 def test_a_target_is_escaped_on_the_channel_page(admin_user: User) -> None:
-    channel = Channel.objects.create(name="odd", kind="webhook", target='https://x.example.com/a"><b>bold</b>')
+    channel = Channel.objects.create(name="odd", kind="webhook", target='https://x.example.com/a"><b>bold/x?<i>=1')
 
     page = client_for(admin_user).get(reverse("alerts:channel", args=[channel.pk])).content.decode()
 
-    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    assert "<b>bold" not in page and "&lt;b&gt;bold" in page
+    assert "<i>=" not in page and "&lt;i&gt;=••••" in page
 
 
 def test_a_duplicate_channel_name_is_refused_without_regard_to_case(admin_user: User) -> None:

@@ -17,15 +17,20 @@ if TYPE_CHECKING:
 
 # Shown in place of a secret part of a target.
 MASK = "••••"
-# Path segments after which webhook services put the secret (Slack's /services/T…/B…/<secret>, Mattermost's
-# /hooks/<key>, Rocket.Chat's /hooks/<id>/<token>, Discord's /api/webhooks/<id>/<token>): the last one is masked.
-HOOK_KEYWORDS = ("services", "hooks", "webhooks", "webhook", "hook")
-# A path segment or user name that reads as a key: long, of key characters, with a digit or very long.
+# A user name that reads as a key: long, of key characters, with a digit or very long.
 TOKEN = re.compile(r"^[A-Za-z0-9_\-.=~+%]{20,}$")
 
 
 def _looks_secret(segment: str) -> bool:
     return bool(TOKEN.match(segment)) and (any(char.isdigit() for char in segment) or len(segment) >= 32)
+
+
+def _without_parameters(segment: str) -> str:
+    """A path segment's name, its ;parameters' values masked (`notify;token=••••`)."""
+    name, *parameters = segment.split(";")
+    if _looks_secret(name):
+        name = MASK
+    return ";".join([name, *(f"{parameter.partition('=')[0]}={MASK}" for parameter in parameters)])
 
 
 class WebhookNotifier(Notifier):
@@ -47,30 +52,30 @@ class WebhookNotifier(Notifier):
 
     @classmethod
     def display_target(cls, target: str) -> str:
-        """The URL with its secrets masked, so two channels can be told apart without showing how to post to
-        them: the password (or a token-like user name) before the host, every query value, the fragment, and
-        secret path segments: the one after a Slack-style `/services/T…/B…/`, the last one after `hooks` or
-        `webhooks` (Mattermost, Rocket.Chat, Discord, most receivers), and any segment that looks like a token."""
+        """The URL with everything that may be the secret to post to it masked, for the channel pages (admins
+        only): the user part's password (and a token-like user name), every path segment past the first (the
+        last one whenever there is only one: ntfy's topic, a receiver's key), parameters' and query values, the
+        fragment. Whatever a receiver names its secret, it is never shown; what is left (scheme, host, port,
+        first segment, query keys) and the channel's name tell channels apart."""
         parts = urlsplit(target)
         if not parts.scheme or not parts.hostname:
             return MASK
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-        netloc = f"{host}:{parts.port}" if parts.port else host
+        try:
+            netloc = f"{host}:{parts.port}" if parts.port else host
+        except ValueError:  # a port that is not a number
+            netloc = f"{host}:{MASK}"
         if parts.username is not None or parts.password is not None:
             user = parts.username or ""
             shown_user = MASK if not user or _looks_secret(user) or parts.password is None else user
             netloc = f"{shown_user}:{MASK}@{netloc}" if parts.password is not None else f"{MASK}@{netloc}"
-        segments = parts.path.split("/")
-        lowered = [segment.lower() for segment in segments]
-        masked = [MASK if _looks_secret(segment) else segment for segment in segments]
-        for keyword in HOOK_KEYWORDS:
-            if keyword in lowered[:-1]:
-                after = lowered.index(keyword) + 1
-                if any(segments[after:]):
-                    last = max(index for index in range(after, len(segments)) if segments[index])
-                    masked[last] = MASK
-                break
-        path = "/".join(masked)
+        segments = [segment for segment in parts.path.split("/") if segment]
+        if not segments:
+            path = parts.path
+        elif len(segments) == 1:
+            path = f"/{MASK}"
+        else:
+            path = f"/{_without_parameters(segments[0])}/{MASK}"
         query = "&".join(
             f"{MASK if _looks_secret(key) else key}={MASK}" for key, _ in parse_qsl(parts.query, keep_blank_values=True)
         )
@@ -80,6 +85,16 @@ class WebhookNotifier(Notifier):
         if parts.fragment:
             shown += f"#{MASK}"
         return shown
+
+    @classmethod
+    def audit_target(cls, target: str) -> str:
+        """What an audit row says of the URL: its scheme and host only (viewers read the audit log, and the
+        secret may be anywhere in the rest)."""
+        parts = urlsplit(target)
+        if not parts.scheme or not parts.hostname:
+            return MASK
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        return f"{parts.scheme}://{host}/…"
 
     def send(self, notification: Notification) -> None:
         self.post(self.channel.target, payload={**notification.context, "text": self.render(notification)})
