@@ -398,11 +398,23 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 DLQ_CONSOLE_URL = env_str("DLQ_CONSOLE_URL", "http://localhost:8000")
 DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # Networks webhook and Slack notifications are never sent to, checked when a channel is saved and on the addresses
-# a host name resolves to when it is sent: link-local (169.254.169.254 is the cloud metadata service),
-# 0.0.0.0/8, broadcast and multicast. Loopback and private ranges stay allowed (receivers inside the network).
+# a host name resolves to when it is sent: link-local (169.254.169.254 is the cloud metadata service), the
+# metadata services outside it (AWS's IPv6 fd00:ec2::254, Alibaba's 100.100.100.200), 0.0.0.0/8, broadcast and
+# multicast. Loopback and private ranges stay allowed (receivers inside the network). An IPv6 address that
+# embeds an IPv4 one (mapped, NAT64, 6to4, Teredo, compatible) is checked as that IPv4 address (core/http.py).
 DLQ_WEBHOOK_DENIED_NETWORKS = env_list(
     "DLQ_WEBHOOK_DENIED_NETWORKS",
-    ["169.254.0.0/16", "fe80::/10", "0.0.0.0/8", "255.255.255.255/32", "224.0.0.0/4", "::/128", "ff00::/8"],
+    [
+        "169.254.0.0/16",
+        "fe80::/10",
+        "fd00:ec2::254/128",
+        "100.100.100.200/32",
+        "0.0.0.0/8",
+        "255.255.255.255/32",
+        "224.0.0.0/4",
+        "::/128",
+        "ff00::/8",
+    ],
 )
 for _network in DLQ_WEBHOOK_DENIED_NETWORKS:
     try:

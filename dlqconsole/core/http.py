@@ -5,11 +5,13 @@ misbehaving receiver costs a bounded amount of time. Failures raise HttpError, w
 later could help (`permanent=False`: network trouble, timeouts, 5xx, 429) or not (`permanent=True`: a bad URL,
 a refused address, or a 4xx answer such as 404 or 410).
 
-Addresses in DLQ_WEBHOOK_DENIED_NETWORKS (link-local, where cloud metadata services answer; 0.0.0.0/8;
-multicast) are never connected to. The check runs on the addresses the host name resolves to, inside the
-connection, and the connection is then made to exactly the address checked: a name that resolves to something
-harmless when the channel is saved and to 169.254.169.254 later (DNS rebinding) is still refused. Loopback and
-private ranges stay allowed: receivers and Slack proxies inside the network are legitimate.
+Addresses in DLQ_WEBHOOK_DENIED_NETWORKS (link-local, where cloud metadata services answer, and the metadata
+addresses outside it; 0.0.0.0/8; multicast) are never connected to, nor IPv6 addresses that carry traffic to such
+an IPv4 address (IPv4-mapped, NAT64, 6to4, Teredo, IPv4-compatible). The check runs on the addresses the host
+name resolves to, inside the connection, and the connection is then made to exactly the address checked: a name
+that resolves to something harmless when the channel is saved and to 169.254.169.254 later (DNS rebinding) is
+still refused. Loopback and private ranges stay allowed: receivers and Slack proxies inside the network are
+legitimate.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+# IPv6 addresses whose last 32 bits are an IPv4 address traffic goes to: NAT64's well-known prefix, and the
+# deprecated IPv4-compatible form.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 class HttpError(Exception):
@@ -65,26 +71,38 @@ def denied_networks() -> tuple[IpNetwork, ...]:
 
 
 def _plain(address: IpAddress) -> IpAddress:
-    # ::ffff:169.254.169.254 reaches the same place as 169.254.169.254.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+    """The IPv4 address an IPv6 address carries traffic to, else the address itself: 169.254.169.254 is reached
+    as ::ffff:169.254.169.254 (IPv4-mapped), 64:ff9b::a9fe:a9fe (NAT64, where the network translates),
+    2002:a9fe:a9fe:: (6to4), a Teredo address (its client) and ::a9fe:a9fe (IPv4-compatible, deprecated but still
+    routed by some stacks), so each is checked as that IPv4 address."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
         return address.ipv4_mapped
+    if address in NAT64 or (address in IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
     return address
 
 
 def refusal(address: IpAddress, *, host: str | None = None) -> str | None:
     """Why the console will not send to `address` (what `host` resolved to), or None when it may."""
-    address = _plain(address)
+    plain = _plain(address)
     for network in denied_networks():
-        if address.version == network.version and address in network:
-            if address.is_link_local:
+        if plain.version == network.version and plain in network:
+            if plain.is_link_local:
                 what = "a link-local address (where cloud metadata services answer)"
-            elif address.is_multicast:
+            elif plain.is_multicast:
                 what = "a multicast address"
-            elif address.is_unspecified or address in THIS_NETWORK:
+            elif plain.is_unspecified or plain in THIS_NETWORK:
                 what = "a 'this network' address, never a receiver"
             else:
                 what = "a denied address"
-            where = f"{host} resolves to {address}," if host and literal_address(host) is None else f"{address} is"
+            shown = f"{address} ({plain})" if plain != address else f"{address}"
+            where = f"{host} resolves to {shown}," if host and literal_address(host) is None else f"{shown} is"
             return f"{where} {what}: DLQ_WEBHOOK_DENIED_NETWORKS ({network}) keeps notifications away from it"
     return None
 

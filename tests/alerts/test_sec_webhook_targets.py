@@ -3,6 +3,8 @@ refused when the channel is saved, and refused at send time on what a host name 
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
@@ -10,6 +12,7 @@ from django.urls import reverse
 
 from dlqconsole.alerts.models import Channel, NotificationStatus
 from dlqconsole.alerts.services import deliver_notification, send_test_notification
+from dlqconsole.core import http
 from dlqconsole.core.http import HttpError, post_json
 from tests.alerts.conftest import Receiver
 from tests.conftest import client_for
@@ -25,6 +28,14 @@ pytestmark = [pytest.mark.django_db]
         ("http://[::ffff:169.254.169.254]/hook", "link-local"),
         ("http://0.0.0.0:8080/hook", "this network"),
         ("http://224.0.0.1/hook", "multicast"),
+        # Cloud metadata services outside 169.254.0.0/16: AWS over IPv6, Alibaba.
+        ("http://[fd00:ec2::254]/latest/meta-data/", "DLQ_WEBHOOK_DENIED_NETWORKS (fd00:ec2::254/128)"),
+        ("http://100.100.100.200/latest/meta-data/", "DLQ_WEBHOOK_DENIED_NETWORKS (100.100.100.200/32)"),
+        # IPv6 forms that carry traffic to 169.254.169.254: NAT64, 6to4, Teredo, IPv4-compatible.
+        ("http://[64:ff9b::a9fe:a9fe]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[2002:a9fe:a9fe::1]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[2001:0:4136:e378:8000:63bf:5601:5601]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[::a9fe:a9fe]/hook", "(169.254.169.254) is a link-local"),
     ],
 )
 @pytest.mark.parametrize("kind", ["webhook", "slack"])
@@ -95,3 +106,46 @@ def test_a_refused_send_is_permanent() -> None:
 
     assert raised.value.permanent
     assert "link-local" in raised.value.message
+
+
+EMBEDDED_METADATA = [
+    "64:ff9b::a9fe:a9fe",
+    "2002:a9fe:a9fe::1",
+    "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo, client 169.254.169.254 (stored inverted)
+    "::a9fe:a9fe",
+    "fd00:ec2::254",
+    "100.100.100.200",
+]
+
+
+@pytest.mark.parametrize("address", EMBEDDED_METADATA)
+def test_a_metadata_address_in_any_form_saved_before_the_check_fails_at_send_time(address: str) -> None:
+    host = f"[{address}]" if ":" in address else address
+    channel = Channel.objects.create(name="old", kind="webhook", target=f"http://{host}/latest/")
+    notification = send_test_notification(channel=channel, actor=None)
+
+    deliver_notification(notification_id=notification.pk)
+
+    notification.refresh_from_db()
+    assert notification.status == NotificationStatus.FAILED
+    assert notification.error.startswith(f"Refused: {address}")
+    assert "DLQ_WEBHOOK_DENIED_NETWORKS" in notification.error
+
+
+@pytest.mark.parametrize("address", EMBEDDED_METADATA)
+def test_a_host_name_resolving_to_a_metadata_address_in_any_form_is_refused(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The resolver stands in for DNS answering with that address; the connection checks what it returns.
+    monkeypatch.setattr(http, "_resolve", lambda host, port: [address])
+
+    with pytest.raises(HttpError) as raised:
+        post_json("http://hooks.example.net/x", payload={})
+
+    assert raised.value.permanent
+    assert raised.value.message.startswith(f"Refused: hooks.example.net resolves to {address}")
+
+
+@pytest.mark.parametrize("address", ["::1", "64:ff9b::a00:1", "2002:a00:1::1", "fd00::1", "100.64.0.1"])
+def test_loopback_and_private_addresses_in_those_forms_stay_allowed(address: str) -> None:
+    assert http.refusal(ipaddress.ip_address(address)) is None
