@@ -1,10 +1,13 @@
 """Sign-in audit and throttling, for every form that signs in with a password (/login/ and /admin/login/).
 
 Each failed sign-in writes an audit row (`accounts.login.failed`: no actor, the user name tried, the client's
-address; never the password) and each successful one another (`accounts.login`).
+address; never the password) and each successful one another (`accounts.login`). Only admins see these rows on
+the audit page: the name tried is often a password typed into the wrong field.
 
 Failures are counted three ways within DLQ_LOGIN_FAILURE_WINDOW, and reaching a limit refuses further attempts
-there for DLQ_LOGIN_LOCKOUT without the password being checked (`accounts.login.refused`), whatever the password:
+there for DLQ_LOGIN_LOCKOUT without the password being checked, whatever the password (one
+`accounts.login.refused` row a lock, at its first refusal: refusals cost no password, so a row each would let
+anyone grow the audit table at request rate):
 - a user name from one address (DLQ_LOGIN_FAILURES_PER_NAME_AND_ADDRESS, 5): someone guessing one account;
 - one address, whatever the names (DLQ_LOGIN_FAILURES_PER_ADDRESS, 20): someone guessing many accounts;
 - a user name from anywhere (DLQ_LOGIN_FAILURES_PER_NAME, 100): a guess spread over many addresses.
@@ -249,8 +252,15 @@ def on_login_failed(
     username = str(credentials.get("username") or "")
     ip = client_ip(request)
     target = f"user:{username}"[:255]
-    if getattr(request, "login_lock", None) is not None:
-        _record_anonymous(action="accounts.login.refused", target=target, detail=f"from {ip}; locked, not checked")
+    lock = getattr(request, "login_lock", None)
+    if lock is not None:
+        if _first_refusal(lock):
+            _record_anonymous(
+                action="accounts.login.refused",
+                target=target,
+                detail=f"from {ip}; {lock.scope.kind} locked, not checked; later attempts until the lock ends "
+                "are refused without a row",
+            )
         return
     lock = count_failure(getattr(request, "login_reservation", None) or Reservation())
     detail = f"from {ip}"
@@ -271,6 +281,16 @@ def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: 
     record_audit(
         actor=user, action="accounts.login", target=f"user:{user.get_username()}", detail=f"from {client_ip(request)}"
     )
+
+
+def _first_refusal(lock: Lock) -> bool:
+    """Whether this is the first attempt a lock refuses: anyone can send refused attempts at request rate without
+    knowing a password, so one audit row a lock records them, not one an attempt."""
+    remaining = max(1, round(lock.until - time.time()))
+    try:
+        return bool(cache.add(lock.scope.key(f"refused:{lock.until}"), 1, timeout=remaining))
+    except Exception:
+        return False
 
 
 def _record_anonymous(*, action: str, target: str, detail: str) -> None:

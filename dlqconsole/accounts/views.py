@@ -1,6 +1,8 @@
 """The audit log as a console page: who did what, when, with which filter, on how many messages.
 
-Everyone signed in may read it (viewers read everything the console shows); nothing here changes anything.
+Everyone signed in may read it (viewers read everything the console shows), except the sign-in rows
+(`accounts.login*`), which only admins see: a failed sign-in records the user name typed, often a password typed
+into the wrong field, and the addresses people sign in from. Nothing here changes anything.
 Newest first, keyset-paginated on the id (`?before=`), filtered by person, action, target and time; each page's
 URL also serves its htmx fragment.
 """
@@ -18,7 +20,7 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.accounts.roles import VIEWER, require_role
+from dlqconsole.accounts.roles import ADMIN, VIEWER, has_role, require_role
 from dlqconsole.deadletters.filters import FilterError, parse_moment
 
 PAGE_SIZE = 50
@@ -66,8 +68,17 @@ def _target_filter(value: str) -> Q:
     return Q(target__in=[f"{kind}:{pk}", f"{kind} #{pk}"])
 
 
-def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
-    entries = AuditEntry.objects.select_related("actor")
+# Audit rows of sign-ins (accounts.login, .failed, .refused): admins only.
+SIGN_IN_ACTIONS = "accounts.login"
+
+
+def _visible(user: Any) -> QuerySet[AuditEntry]:
+    entries = AuditEntry.objects.all()
+    return entries if has_role(user, ADMIN) else entries.exclude(action__startswith=SIGN_IN_ACTIONS)
+
+
+def _filtered(query: QueryDict, visible: QuerySet[AuditEntry]) -> tuple[QuerySet[AuditEntry], list[str]]:
+    entries = visible.select_related("actor")
     problems: list[str] = []
     for name in ("actor", "action", "target"):
         if "\x00" in query.get(name, ""):
@@ -93,7 +104,8 @@ def _filtered(query: QueryDict) -> tuple[QuerySet[AuditEntry], list[str]]:
 @vary_on_headers("HX-Request")
 def audit_log(request: HttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
-    entries, problems = _filtered(request.GET)
+    visible = _visible(request.user)
+    entries, problems = _filtered(request.GET, visible)
     before = request.GET.get("before", "")
     if before.isascii() and before.isdigit():
         entries = entries.filter(pk__lt=int(before))
@@ -107,7 +119,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "entries": [(entry, target_link(entry.target), filter_text(entry.filter)) for entry in rows],
         "problems": problems,
         "chosen": {name: request.GET.get(name, "") for name in ("actor", "action", "target", "since", "until")},
-        "actions": sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct()[:200])),
+        "actions": sorted(set(visible.values_list("action", flat=True).distinct()[:200])),
         "next_query": f"{kept.urlencode()}&before={rows[-1].pk}" if has_next and rows else "",
         "first_page": not before,
         "newest_query": kept.urlencode(),

@@ -213,3 +213,27 @@ def test_an_unreachable_cache_lets_sign_in_through(viewer: User, settings: Any) 
 
     assert signed_in(sign_in(viewer.username, "pw-vera-viewer"))
     assert AuditEntry.objects.filter(action="accounts.login.failed").count() == 1
+
+
+def test_a_lock_writes_one_refused_row_however_many_attempts_it_refuses(viewer: User) -> None:
+    for _ in range(5):
+        sign_in(viewer.username, WRONG, ip="10.0.0.50")
+    for number in range(10):
+        sign_in(viewer.username, "pw-vera-viewer" if number % 2 else WRONG, ip="10.0.0.50")
+
+    refused = AuditEntry.objects.filter(action="accounts.login.refused")
+    assert refused.count() == 1
+    assert "10.0.0.50" in refused.get().detail and "name-address locked" in refused.get().detail
+    assert AuditEntry.objects.count() == 6
+
+
+def test_the_next_lock_writes_its_own_refused_row(viewer: User, settings: Any) -> None:
+    settings.DLQ_LOGIN_LOCKOUT = 1
+    for _ in range(2):
+        for _ in range(5):
+            sign_in(viewer.username, WRONG, ip="10.0.0.51")
+        sign_in(viewer.username, WRONG, ip="10.0.0.51")
+        sign_in(viewer.username, WRONG, ip="10.0.0.51")
+        time.sleep(1.1)
+
+    assert AuditEntry.objects.filter(action="accounts.login.refused").count() == 2
