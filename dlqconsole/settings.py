@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import logging
 from pathlib import Path
@@ -362,13 +363,17 @@ DLQ_REPLAY_COUNT_HEADER = env_str("DLQ_REPLAY_COUNT_HEADER", "dlq-replay-count")
 DLQ_REPLAYED_FROM_HEADER = env_str("DLQ_REPLAYED_FROM_HEADER", "dlq-replayed-from")
 
 
-def _without_client_error_traceback(record: logging.LogRecord) -> bool:
-    """django.request logs a 403 (PermissionDenied) or 400 with the exception's full traceback: one line is
-    enough for a refusal that is the console working as meant. 5xx keep theirs."""
-    if getattr(record, "status_code", 500) < 500:
+def _without_client_error_traceback(record: logging.LogRecord) -> logging.LogRecord:
+    """django.request logs a 403 (PermissionDenied) or 400 with the exception's full traceback, and
+    django.security.* (DisallowedHost, SuspiciousOperation) a 400 the same way: one line is enough for a refusal
+    that is the console working as meant. 5xx keep theirs. A filter on the handler, not on those loggers: a
+    logger's filters do not see records from its children (django.security.DisallowedHost). It returns a copy
+    without the traceback, so other handlers (an error tracker) still get the original."""
+    if getattr(record, "status_code", 500) < 500 and (record.exc_info or record.exc_text):
+        record = copy.copy(record)
         record.exc_info = None
         record.exc_text = None
-    return True
+    return record
 
 
 LOGGING = {
@@ -376,13 +381,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s [%(process)d] %(name)s %(message)s"}},
     "filters": {"client_errors_one_line": {"()": lambda: _without_client_error_traceback}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "pika": {"level": "WARNING"},
-        "django.request": {"filters": ["client_errors_one_line"]},
-        "django.security": {"filters": ["client_errors_one_line"]},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["client_errors_one_line"]}
     },
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"pika": {"level": "WARNING"}},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
