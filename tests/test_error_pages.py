@@ -57,3 +57,10 @@ def test_template_comments_never_reach_the_page(viewer: User) -> None:
     html = client_for(viewer).get("/").content.decode()
 
     assert "{#" not in html and "#}" not in html and "{% comment" not in html
+
+
+@override_settings(ALLOWED_HOSTS=["console.example"])
+def test_a_bad_host_header_gets_the_400_page_not_a_server_error() -> None:
+    response = Client(raise_request_exception=False).get("/", headers={"Host": "evil.example"})
+
+    assert response.status_code == 400 and "Bad request" in response.content.decode()
