@@ -197,7 +197,7 @@ def _formatted_json(text: str) -> str | None:
         return None
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deeply nested payload is diffed as text, as the detail page shows it
         return None
 
 

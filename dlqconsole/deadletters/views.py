@@ -914,10 +914,10 @@ def _json_problem(body: str, *, content_type: str) -> str:
         return ""
     try:
         json.loads(body)
-    except ValueError as error:
-        if isinstance(error, json.JSONDecodeError):
-            return f"line {error.lineno}, column {error.colno}: {error.msg}"
-        return str(error)
+    except json.JSONDecodeError as error:
+        return f"line {error.lineno}, column {error.colno}: {error.msg}"
+    except RecursionError:
+        return "nested too deeply to read"
     return ""
 
 

@@ -154,6 +154,9 @@ def test_a_payload_edited_into_invalid_json_is_flagged_but_may_be_sent(operator:
     assert "The payload is not valid JSON (line 1, column 12: Illegal trailing comma before end of object)" in broken
     assert 'value="send"' in broken
     assert "not valid JSON" not in valid
+    deep = client.post(f"/messages/{stored.pk}/edit/", {**form, "body": "[" * 100_000})
+    assert deep.status_code == 200
+    assert "The payload is not valid JSON (nested too deeply to read)" in deep.content.decode()
 
 
 def test_a_payload_too_large_to_post_back_is_not_offered_for_editing(operator: User, settings: Any) -> None:
