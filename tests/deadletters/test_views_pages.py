@@ -8,7 +8,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -19,6 +19,7 @@ from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.ingest.services import add_counts
+from tests.alerts.conftest import settle
 from tests.deadletters.page_world import ingest, letter, many
 
 pytestmark = [pytest.mark.django_db]
@@ -201,10 +202,7 @@ def test_patterns_page_sorts_by_waiting_and_hides_triage_controls_from_viewers(v
 def test_a_patterns_waiting_count_links_to_exactly_the_dead_letters_it_counts(viewer_client: Client) -> None:
     letters = many(3)
     settle_one = letters[0]
-    with transaction.atomic():
-        DeadLetter.objects.filter(pk=settle_one.pk).update(status=DeadLetterStatus.REPLAYED)
-        cell = (settle_one.source_queue, settle_one.pattern_id, settle_one.failure_reason)
-        add_counts([(*cell, DeadLetterStatus.PARKED, -1), (*cell, DeadLetterStatus.REPLAYED, 1)])
+    settle([settle_one], status=DeadLetterStatus.REPLAYED)
 
     html = viewer_client.get("/patterns/").content.decode()
     link = re.search(rf'href="(/messages/\?pattern={settle_one.pattern_id}&amp;[^"]+)"[^>]*>2</a>', html)

@@ -6,13 +6,12 @@ from decimal import Decimal
 import pika
 import pytest
 from django.conf import settings
-from django.db import transaction
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
-from dlqconsole.ingest.services import add_counts
 from dlqconsole.operations.models import ItemStatus, OperationKind, OperationStatus
 from dlqconsole.operations.services import plan_operation, run_operation, start_operation
+from tests.alerts.conftest import settle
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
@@ -150,19 +149,6 @@ def test_moving_to_a_missing_queue_marks_the_messages_failed_and_loses_none(chan
     assert DeadLetter.objects.filter(source_queue=orders + ".dlq").count() == 5
 
 
-def mark_replayed(letters: list[DeadLetter]) -> None:
-    """As a finished retry leaves them: status replayed, counters moved with them."""
-    with transaction.atomic():
-        DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).update(status="replayed", replay_count=1)
-        cells: dict[tuple[str, int, str], int] = {}
-        for letter in letters:
-            key = (letter.source_queue, letter.pattern_id, letter.failure_reason)
-            cells[key] = cells.get(key, 0) + 1
-        add_counts(
-            [(*cell, "parked", -n) for cell, n in cells.items()] + [(*cell, "replayed", n) for cell, n in cells.items()]
-        )
-
-
 def test_an_already_replayed_dead_letter_whose_move_fails_stays_replayed(channel, queue_name, operator):
     # As "failed" it would wait again, and a retry policy could deliver a message that was delivered already.
     orders = queue_name("orders")
@@ -172,7 +158,7 @@ def test_an_already_replayed_dead_letter_whose_move_fails_stays_replayed(channel
     kill_on_broker(channel, orders, 2)
     wait_for_depth(channel, orders + ".dlq", 2)
     letters = ingest_from(channel, orders + ".dlq")
-    mark_replayed(letters)
+    settle(letters, status="replayed")  # as a finished retry leaves them, counters included
 
     operation = plan_operation(
         kind=OperationKind.MOVE,
