@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import ipaddress
 import logging
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
-from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_str
+from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_networks, env_str
 
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
 django_stubs_ext.monkeypatch()
@@ -121,6 +120,11 @@ DLQ_LOGIN_FAILURES_PER_ADDRESS = env_int("DLQ_LOGIN_FAILURES_PER_ADDRESS", 20, m
 DLQ_LOGIN_FAILURES_PER_NAME = env_int("DLQ_LOGIN_FAILURES_PER_NAME", 100, minimum=1)
 DLQ_LOGIN_FAILURE_WINDOW = env_duration("DLQ_LOGIN_FAILURE_WINDOW", "15m", minimum=1)
 DLQ_LOGIN_LOCKOUT = env_duration("DLQ_LOGIN_LOCKOUT", "15m", minimum=1)
+# The reverse proxies in front of the console (networks, comma-separated). A request from one of them is counted,
+# throttled and audited by the address its X-Forwarded-For names: the nearest one outside these networks, read
+# from the right, since a client can write anything to the left of what the proxies append. Empty (the default):
+# REMOTE_ADDR, and X-Forwarded-For is never read.
+DLQ_TRUSTED_PROXIES = env_networks("DLQ_TRUSTED_PROXIES", [])
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -405,7 +409,7 @@ DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.
 # metadata services outside it (AWS's IPv6 fd00:ec2::254, Alibaba's 100.100.100.200), 0.0.0.0/8, broadcast and
 # multicast. Loopback and private ranges stay allowed (receivers inside the network). An IPv6 address that
 # embeds an IPv4 one (mapped, NAT64, 6to4, Teredo, compatible) is checked as that IPv4 address (core/http.py).
-DLQ_WEBHOOK_DENIED_NETWORKS = env_list(
+DLQ_WEBHOOK_DENIED_NETWORKS = env_networks(
     "DLQ_WEBHOOK_DENIED_NETWORKS",
     [
         "169.254.0.0/16",
@@ -419,11 +423,6 @@ DLQ_WEBHOOK_DENIED_NETWORKS = env_list(
         "ff00::/8",
     ],
 )
-for _network in DLQ_WEBHOOK_DENIED_NETWORKS:
-    try:
-        ipaddress.ip_network(_network, strict=False)
-    except ValueError:
-        raise ImproperlyConfigured(f"DLQ_WEBHOOK_DENIED_NETWORKS: {_network!r} is not a network (CIDR)") from None
 DLQ_NOTIFICATION_RETRY_SECONDS = env_float("DLQ_NOTIFICATION_RETRY_SECONDS", 10.0, minimum=0.0)
 DLQ_NOTIFICATION_MAX_ATTEMPTS = env_int("DLQ_NOTIFICATION_MAX_ATTEMPTS", 5, minimum=1)
 DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)

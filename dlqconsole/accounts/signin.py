@@ -26,14 +26,17 @@ an incident that took Redis down.
 
 The check is an authentication backend listed before ModelBackend: Django's authenticate() asks it first and
 stops at its PermissionDenied, then sends user_login_failed, which is where failures are recorded.
-The client's address is REMOTE_ADDR: behind a reverse proxy every client has the proxy's address, and the
-per-address limits then count everyone together.
+The client's address is REMOTE_ADDR, unless that is one of DLQ_TRUSTED_PROXIES: then it is the nearest address of
+X-Forwarded-For outside those networks, read from the right (what the proxies appended; a client can write
+anything to the left of it). Without the setting, behind a reverse proxy every client has the proxy's address, and
+the per-address limits count everyone together.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -66,7 +69,40 @@ REFUSAL_REASONS = {
 
 
 def client_ip(request: HttpRequest | None) -> str:
-    return str(request.META.get("REMOTE_ADDR") or "unknown") if request is not None else "unknown"
+    """The address a request came from, through the trusted proxies (DLQ_TRUSTED_PROXIES) in front of the console."""
+    if request is None:
+        return "unknown"
+    address = str(request.META.get("REMOTE_ADDR") or "unknown")
+    proxies = _trusted_proxies(tuple(settings.DLQ_TRUSTED_PROXIES))
+    if not proxies or not _is_within(address, proxies):
+        return address
+    hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
+    for hop in reversed(hops):
+        try:
+            parsed = ipaddress.ip_address(hop)
+        except ValueError:
+            # Not an address (empty, "unknown", a port added): nothing to its left can be trusted either, so the
+            # request counts as coming from the last proxy that was.
+            return address
+        address = str(parsed)
+        if not _is_within(address, proxies):
+            return address
+    return address
+
+
+@functools.cache
+def _trusted_proxies(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(network, strict=False) for network in networks)
+
+
+def _is_within(address: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+        parsed = parsed.ipv4_mapped
+    return any(parsed in network for network in networks)
 
 
 def client_network(address: str) -> str:

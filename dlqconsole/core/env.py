@@ -6,6 +6,7 @@ with the variable's name, rather than surfacing later as a confusing error deep 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -76,3 +77,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of networks (`10.0.0.0/8`, `fd00::/8`; a single address is its own /32 or /128)."""
+    networks = env_list(name, default)
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {network!r} is not a network (CIDR)") from None
+    return networks

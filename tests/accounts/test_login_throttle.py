@@ -237,3 +237,54 @@ def test_the_next_lock_writes_its_own_refused_row(viewer: User, settings: Any) -
         time.sleep(1.1)
 
     assert AuditEntry.objects.filter(action="accounts.login.refused").count() == 2
+
+
+def forwarded(username: str, *, remote: str, forwarded_for: str) -> None:
+    Client(REMOTE_ADDR=remote, HTTP_X_FORWARDED_FOR=forwarded_for).post(
+        "/login/", {"username": username, "password": WRONG}
+    )
+
+
+def test_x_forwarded_for_is_ignored_without_trusted_proxies(viewer: User) -> None:
+    forwarded(viewer.username, remote="10.0.0.7", forwarded_for="203.0.113.9")
+
+    assert AuditEntry.objects.get(action="accounts.login.failed").detail.endswith("from 10.0.0.7")
+
+
+def test_behind_a_trusted_proxy_the_client_is_the_nearest_untrusted_forwarded_address(
+    viewer: User, settings: Any
+) -> None:
+    settings.DLQ_TRUSTED_PROXIES = ["10.0.0.0/8", "192.168.1.1"]
+    # The client wrote a fake address first; the two proxies appended the client's real one and the first proxy's.
+    forwarded(viewer.username, remote="10.0.0.7", forwarded_for="198.51.100.1, 203.0.113.9, 192.168.1.1")
+
+    assert AuditEntry.objects.get(action="accounts.login.failed").detail.endswith("from 203.0.113.9")
+
+
+def test_clients_behind_one_trusted_proxy_are_throttled_apart(viewer: User, settings: Any) -> None:
+    settings.DLQ_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    for number in range(20):
+        forwarded(f"guess-{number}", remote="10.0.0.7", forwarded_for="203.0.113.9")
+    refused = Client(REMOTE_ADDR="10.0.0.7", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    refused.post("/login/", {"username": viewer.username, "password": "pw-vera-viewer"})
+    other = Client(REMOTE_ADDR="10.0.0.7", HTTP_X_FORWARDED_FOR="203.0.113.10")
+    other.post("/login/", {"username": viewer.username, "password": "pw-vera-viewer"})
+
+    assert not signed_in(refused)
+    assert signed_in(other)
+
+
+def test_a_malformed_forwarded_hop_counts_the_request_as_from_the_last_trusted_proxy(
+    viewer: User, settings: Any
+) -> None:
+    settings.DLQ_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    forwarded(viewer.username, remote="10.0.0.7", forwarded_for="203.0.113.9, not-an-address, 10.0.0.3")
+
+    assert AuditEntry.objects.get(action="accounts.login.failed").detail.endswith("from 10.0.0.3")
+
+
+def test_a_request_not_from_a_trusted_proxy_keeps_its_own_address(viewer: User, settings: Any) -> None:
+    settings.DLQ_TRUSTED_PROXIES = ["10.0.0.0/8"]
+    forwarded(viewer.username, remote="198.51.100.77", forwarded_for="203.0.113.9")
+
+    assert AuditEntry.objects.get(action="accounts.login.failed").detail.endswith("from 198.51.100.77")
