@@ -408,7 +408,8 @@ DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.
 # a host name resolves to when it is sent: link-local (169.254.169.254 is the cloud metadata service), the
 # metadata services outside it (AWS's IPv6 fd00:ec2::254, Alibaba's 100.100.100.200), 0.0.0.0/8, broadcast and
 # multicast. Loopback and private ranges stay allowed (receivers inside the network). An IPv6 address that
-# embeds an IPv4 one (mapped, NAT64, 6to4, Teredo, compatible) is checked as that IPv4 address (core/http.py).
+# embeds an IPv4 one (mapped, NAT64 and its local use, 6to4, Teredo, compatible) is checked as that IPv4 address
+# (core/http.py).
 DLQ_WEBHOOK_DENIED_NETWORKS = env_networks(
     "DLQ_WEBHOOK_DENIED_NETWORKS",
     [

@@ -41,6 +41,7 @@ THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 # IPv6 addresses whose last 32 bits are an IPv4 address traffic goes to: NAT64's well-known prefix, and the
 # deprecated IPv4-compatible form.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
@@ -70,40 +71,54 @@ def denied_networks() -> tuple[IpNetwork, ...]:
     return _parse_networks(tuple(settings.DLQ_WEBHOOK_DENIED_NETWORKS))
 
 
-def _plain(address: IpAddress) -> IpAddress:
-    """The IPv4 address an IPv6 address carries traffic to, else the address itself: 169.254.169.254 is reached
-    as ::ffff:169.254.169.254 (IPv4-mapped), 64:ff9b::a9fe:a9fe (NAT64, where the network translates),
+def _carried(address: IpAddress) -> list[IpAddress]:
+    """The IPv4 addresses an IPv6 address may carry traffic to, else the address itself: 169.254.169.254 is
+    reached as ::ffff:169.254.169.254 (IPv4-mapped), 64:ff9b::a9fe:a9fe (NAT64, where the network translates),
     2002:a9fe:a9fe:: (6to4), a Teredo address (its client) and ::a9fe:a9fe (IPv4-compatible, deprecated but still
-    routed by some stacks), so each is checked as that IPv4 address."""
+    routed by some stacks), so each is checked as that IPv4 address. In NAT64's local-use 64:ff9b:1::/48 the
+    operator picks the prefix length, and with it where the IPv4 address sits (RFC 6052): every place is checked, so
+    a local-use address is refused if any reading of it is."""
     if not isinstance(address, ipaddress.IPv6Address):
-        return address
+        return [address]
     if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+        return [address.ipv4_mapped]
     if address in NAT64 or (address in IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
+    if address in NAT64_LOCAL:
+        bits = int(address)
+        # RFC 6052: after a /48, /56 or /64 prefix the address skips bits 64-71 (the "u" octet); after a /96 it ends
+        # the address.
+        # A place holding 0.x.x.x is the zeros around an address placed elsewhere (and never translated).
+        places = [
+            ipaddress.IPv4Address(((bits >> 64) & 0xFFFF) << 16 | (bits >> 40) & 0xFFFF),
+            ipaddress.IPv4Address(((bits >> 64) & 0xFF) << 24 | (bits >> 32) & 0xFFFFFF),
+            ipaddress.IPv4Address((bits >> 24) & 0xFFFFFFFF),
+            ipaddress.IPv4Address(bits & 0xFFFFFFFF),
+        ]
+        return [place for place in places if place not in THIS_NETWORK] or [address]
     if address.sixtofour is not None:
-        return address.sixtofour
+        return [address.sixtofour]
     if address.teredo is not None:
-        return address.teredo[1]
-    return address
+        return [address.teredo[1]]
+    return [address]
 
 
 def refusal(address: IpAddress, *, host: str | None = None) -> str | None:
     """Why the console will not send to `address` (what `host` resolved to), or None when it may."""
-    plain = _plain(address)
-    for network in denied_networks():
-        if plain.version == network.version and plain in network:
-            if plain.is_link_local:
-                what = "a link-local address (where cloud metadata services answer)"
-            elif plain.is_multicast:
-                what = "a multicast address"
-            elif plain.is_unspecified or plain in THIS_NETWORK:
-                what = "a 'this network' address, never a receiver"
-            else:
-                what = "a denied address"
-            shown = f"{address} ({plain})" if plain != address else f"{address}"
-            where = f"{host} resolves to {shown}," if host and literal_address(host) is None else f"{shown} is"
-            return f"{where} {what}: DLQ_WEBHOOK_DENIED_NETWORKS ({network}) keeps notifications away from it"
+    for plain in _carried(address):
+        for network in denied_networks():
+            if plain.version == network.version and plain in network:
+                if plain.is_link_local:
+                    what = "a link-local address (where cloud metadata services answer)"
+                elif plain.is_multicast:
+                    what = "a multicast address"
+                elif plain.is_unspecified or plain in THIS_NETWORK:
+                    what = "a 'this network' address, never a receiver"
+                else:
+                    what = "a denied address"
+                shown = f"{address} ({plain})" if plain != address else f"{address}"
+                where = f"{host} resolves to {shown}," if host and literal_address(host) is None else f"{shown} is"
+                return f"{where} {what}: DLQ_WEBHOOK_DENIED_NETWORKS ({network}) keeps notifications away from it"
     return None
 
 

@@ -36,6 +36,11 @@ pytestmark = [pytest.mark.django_db]
         ("http://[2002:a9fe:a9fe::1]/hook", "(169.254.169.254) is a link-local"),
         ("http://[2001:0:4136:e378:8000:63bf:5601:5601]/hook", "(169.254.169.254) is a link-local"),
         ("http://[::a9fe:a9fe]/hook", "(169.254.169.254) is a link-local"),
+        # NAT64's local-use prefix (RFC 8215), with the IPv4 address after a /96, /64, /56 and /48 prefix.
+        ("http://[64:ff9b:1:abcd::a9fe:a9fe]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[64:ff9b:1:0:a9:fea9:fe00:0]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[64:ff9b:1:a9:fe:a9fe::]/hook", "(169.254.169.254) is a link-local"),
+        ("http://[64:ff9b:1:a9fe:a9:fe00::]/hook", "(169.254.169.254) is a link-local"),
     ],
 )
 @pytest.mark.parametrize("kind", ["webhook", "slack"])
@@ -113,6 +118,7 @@ EMBEDDED_METADATA = [
     "2002:a9fe:a9fe::1",
     "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo, client 169.254.169.254 (stored inverted)
     "::a9fe:a9fe",
+    "64:ff9b:1:a9fe:a9:fe00::",
     "fd00:ec2::254",
     "100.100.100.200",
 ]
@@ -146,6 +152,8 @@ def test_a_host_name_resolving_to_a_metadata_address_in_any_form_is_refused(
     assert raised.value.message.startswith(f"Refused: hooks.example.net resolves to {address}")
 
 
-@pytest.mark.parametrize("address", ["::1", "64:ff9b::a00:1", "2002:a00:1::1", "fd00::1", "100.64.0.1"])
+@pytest.mark.parametrize(
+    "address", ["::1", "64:ff9b::a00:1", "64:ff9b:1:abcd::a00:1", "2002:a00:1::1", "fd00::1", "100.64.0.1"]
+)
 def test_loopback_and_private_addresses_in_those_forms_stay_allowed(address: str) -> None:
     assert http.refusal(ipaddress.ip_address(address)) is None
