@@ -10,8 +10,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from dlqconsole.alerts.notifiers import NOTIFIERS, notifier_choices
+from dlqconsole.alerts.notifiers.webhook import MASK
 
 if TYPE_CHECKING:
     from dlqconsole.alerts.notifiers.base import Notifier
@@ -128,6 +130,15 @@ class Channel(models.Model):
         part, shown as ••••): the channel page shows it, the list a shortened form of it."""
         notifier = NOTIFIERS.get(self.kind)
         return notifier.display_target(self.target) if notifier is not None else ""
+
+    @property
+    def target_tag(self) -> str:
+        """When target_display masks a secret, a short keyed hash of the whole target: channels whose masked
+        targets look alike (two Slack hooks) are told apart, and the same tag on two channels means the same
+        target. Keyed with SECRET_KEY, so the tag cannot be used to test guesses of a short secret offline."""
+        if MASK not in self.target_display:
+            return ""
+        return salted_hmac("dlqconsole.alerts.channel-target", self.target, algorithm="sha256").hexdigest()[:6]
 
     @property
     def target_short(self) -> str:

@@ -62,6 +62,22 @@ def test_two_slack_webhooks_are_told_apart_by_name_and_never_show_their_path(adm
     assert "https://hooks.slack.com/services/••••" in listing
     assert "orders" in pages[0] and "https://hooks.slack.com/services/••••" in pages[0]
     assert "payments" in pages[1]
+    # Their masked targets look alike; a keyed tag of each whole target tells them apart, in the list and on
+    # each page.
+    assert first.target_tag != second.target_tag
+    assert f"#{first.target_tag}" in listing and f"#{second.target_tag}" in listing
+    assert f"#{first.target_tag}" in pages[0] and f"#{second.target_tag}" in pages[1]
+
+
+def test_channels_with_the_same_target_have_the_same_tag_and_a_bare_target_none(db: None) -> None:
+    hook = "https://hooks.slack.com/services/T0AAA/B0ORDERS/s3cr3tOrdersToken0001"
+    first = Channel.objects.create(name="a", kind="slack", target=hook)
+    second = Channel.objects.create(name="b", kind="webhook", target=hook)
+    email = Channel.objects.create(name="c", kind="email", target="oncall@example.com")
+
+    assert len(first.target_tag) == 6 and first.target_tag == second.target_tag
+    assert first.target_tag not in hook
+    assert email.target_tag == ""
 
 
 def test_a_long_target_is_cut_in_the_middle_in_the_list_and_whole_on_its_page(admin_user: User) -> None:
