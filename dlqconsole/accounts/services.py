@@ -6,6 +6,20 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 
 from dlqconsole.accounts.models import AuditEntry
 
+# PostgreSQL refuses a NUL in text and jsonb; a payload search may hold one (bodies are bytes). The audit row is
+# for reading, so a NUL is written as the symbol for it.
+NUL_SYMBOL = "\u2400"
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_SYMBOL)
+    if isinstance(value, list | tuple):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    return value
+
 
 def record_audit(
     *,
@@ -21,8 +35,8 @@ def record_audit(
         actor=user,
         actor_name=user.get_username() if user is not None else "system",
         action=action,
-        target=target,
-        filter=filter or {},
+        target=_without_nul(target),
+        filter=_without_nul(filter or {}),
         count=count,
-        detail=detail,
+        detail=_without_nul(detail),
     )

@@ -125,6 +125,11 @@ def plan_operation(
         found.validate()
     except FilterError as error:
         raise OperationError(str(error)) from None
+    if "\x00" in found.payload:
+        # The plan keeps its filter in jsonb, which cannot hold a NUL (the messages page can still search for one).
+        raise OperationError(
+            "a payload search with a NUL character cannot be kept in a plan; search for the text around it"
+        )
     target_queue, target_exchange = target_queue.strip(), target_exchange.strip()
     target_routing_key = target_routing_key.strip()
     if kind == OperationKind.MOVE:
