@@ -21,7 +21,7 @@ from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.models import FailureReason
-from dlqconsole.operations.models import Operation, OperationItem, RetryPolicy
+from dlqconsole.operations.models import MAX_RETRY_DELAY_SECONDS, Operation, OperationItem, RetryPolicy
 from dlqconsole.operations.services import OperationError, cancel_operation, pause_operation, resume_operation
 
 
@@ -196,6 +196,8 @@ class RetryPolicyForm(forms.ModelForm[RetryPolicy]):
             raise forms.ValidationError("whole numbers of seconds, comma-separated") from None
         if not delays or any(delay < 0 for delay in delays):
             raise forms.ValidationError("at least one delay, none negative")
+        if any(delay > MAX_RETRY_DELAY_SECONDS for delay in delays):
+            raise forms.ValidationError(f"at most {MAX_RETRY_DELAY_SECONDS:,} seconds (a year) each")
         return delays
 
     def clean_max_attempts(self) -> int:

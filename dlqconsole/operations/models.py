@@ -18,6 +18,9 @@ from dlqconsole.deadletters.models import (
 )
 
 DEFAULT_RETRY_DELAYS = [60, 300, 1800, 7200, 43200]
+# The longest wait a retry policy may set: a year. Far longer overflows the date of the next retry, which failed
+# the scheduler on every beat for every policy.
+MAX_RETRY_DELAY_SECONDS = 365 * 24 * 3600
 
 
 def default_retry_delays() -> list[int]:
@@ -451,7 +454,7 @@ class RetryPolicy(models.Model):
     def delay_for(self, attempt: int) -> dt.timedelta:
         """The wait before automatic attempt number `attempt` (0-based); the last delay repeats."""
         delays = [int(value) for value in self.delays] or DEFAULT_RETRY_DELAYS
-        return dt.timedelta(seconds=max(0, delays[min(attempt, len(delays) - 1)]))
+        return dt.timedelta(seconds=min(max(0, delays[min(attempt, len(delays) - 1)]), MAX_RETRY_DELAY_SECONDS))
 
 
 class SchedulerCursor(models.Model):
