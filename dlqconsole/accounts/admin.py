@@ -23,6 +23,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.accounts.roles import ADMIN, VIEWER, has_role
 from dlqconsole.accounts.services import record_audit
 
 # Changed fields whose values stay out of the audit row (the change message still names them): passwords, and
@@ -37,10 +38,28 @@ def _shown(value: Any) -> str:
 
 
 class AuditedModelAdmin[ModelT: Model](admin.ModelAdmin[ModelT]):
-    """Writes an audit row (`admin.<app>.<model>.add|change|delete`) for every admin write to its model."""
+    """Writes an audit row (`admin.<app>.<model>.add|change|delete`) for every admin write to its model.
+
+    It also checks the console's roles beside Django's model permissions: staff access with model permissions
+    (granted by hand, or all at once) must not let a viewer or an operator change what their role cannot change on
+    the console's pages. Writes need `write_role` (admin unless a subclass says otherwise), reading `view_role`."""
 
     # True where save_model / delete_model call services that write their own audit rows.
     writes_own_audit = False
+    write_role = ADMIN
+    view_role = VIEWER
+
+    def has_view_permission(self, request: HttpRequest, obj: ModelT | None = None) -> bool:
+        return super().has_view_permission(request, obj) and has_role(request.user, self.view_role)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and has_role(request.user, self.write_role)
+
+    def has_change_permission(self, request: HttpRequest, obj: ModelT | None = None) -> bool:
+        return super().has_change_permission(request, obj) and has_role(request.user, self.write_role)
+
+    def has_delete_permission(self, request: HttpRequest, obj: ModelT | None = None) -> bool:
+        return super().has_delete_permission(request, obj) and has_role(request.user, self.write_role)
 
     def construct_change_message(self, request: HttpRequest, form: Any, formsets: Any, add: bool = False) -> Any:
         # The change message names the changed fields; the audit row also says what they became.
@@ -93,6 +112,11 @@ class AuditEntryAdmin(AuditedModelAdmin[AuditEntry]):
     list_filter = ["action", "created_at"]
     search_fields = ["actor_name", "action", "target", "detail"]
     date_hierarchy = "created_at"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEntry]:
+        # As on /audit/: sign-in rows (the name tried is often a password typed in the wrong field) are for admins.
+        entries = super().get_queryset(request)
+        return entries if has_role(request.user, ADMIN) else entries.exclude(action__startswith="accounts.login")
 
     # The audit log is append-only: nobody edits or deletes history, not even an admin.
     def has_add_permission(self, request: HttpRequest) -> bool:

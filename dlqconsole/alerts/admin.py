@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
+from dlqconsole.accounts.roles import ADMIN
 from dlqconsole.alerts.models import Alert, AlertRule, Channel, Notification
 
 
@@ -20,6 +21,8 @@ class AlertRuleAdmin(AuditedModelAdmin[AlertRule]):
 
 @admin.register(Channel)
 class ChannelAdmin(AuditedModelAdmin[Channel]):
+    # A webhook target carries its token: admins only, as on the console's channel pages.
+    view_role = ADMIN
     list_display = ["name", "kind", "enabled", "disabled_reason", "sent_count", "failed_count"]
     list_filter = ["kind", "enabled"]
     readonly_fields = [
@@ -53,6 +56,8 @@ class AlertAdmin(AuditedModelAdmin[Alert]):
 
 @admin.register(Notification)
 class NotificationAdmin(AuditedModelAdmin[Notification]):
+    # Send errors and contexts of channels: admins only, as on the console's channel pages.
+    view_role = ADMIN
     list_display = ["created_at", "channel", "kind", "status", "attempts", "error"]
     list_filter = ["status", "kind", "channel"]
     readonly_fields = [field.name for field in Notification._meta.fields]

@@ -278,6 +278,8 @@ class FailurePatternForm(ModelForm[FailurePattern]):
 
 @admin.register(FailurePattern)
 class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
+    # Triage (status, owner, note) is an operator's, as on the pattern pages.
+    write_role = OPERATOR
     # Triage goes through the services in save_model, which write the audit rows (and patterns are never deleted).
     writes_own_audit = True
     form = FailurePatternForm
