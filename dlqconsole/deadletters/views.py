@@ -448,8 +448,19 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "history": history,
         "kinds": _actions_for(request, dead_letter),
         "retry": _quick_retry(request, dead_letter, history),
+        "not_editable": _not_editable(body),
     }
     return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
+
+
+def _not_editable(body: bytes) -> str:
+    """Why the edit form cannot take this payload ("" when it can), so that the page says so instead of offering
+    an Edit and retry that only leads to a refusal (the edit view refuses the same two cases)."""
+    if len(body) > editable_body_bytes():
+        return "the payload is too large to edit in a form"
+    if body_as_text(body) is None:
+        return "the payload is not UTF-8 text"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,20 @@ def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
     assert "not UTF-8 text" in html and "<textarea" not in html
 
 
+def test_the_message_page_offers_no_edit_that_would_be_refused(operator: User, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
+    (text,) = ingest(letter(body=b'{"order": 7}'))
+    (binary,) = ingest(letter(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
+    (large,) = ingest(letter(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
+    client = client_for(operator)
+
+    assert f"/messages/{text.pk}/edit/" in client.get(f"/messages/{text.pk}/").content.decode()
+    binary_page = client.get(f"/messages/{binary.pk}/").content.decode()
+    large_page = client.get(f"/messages/{large.pk}/").content.decode()
+    assert "/edit/" not in binary_page and "No edit and retry: the payload is not UTF-8 text" in binary_page
+    assert "/edit/" not in large_page and "No edit and retry: the payload is too large to edit" in large_page
+
+
 def test_a_payload_edited_into_invalid_json_is_flagged_but_may_be_sent(operator: User) -> None:
     (stored,) = ingest(letter(body=b'{"order": 7}', content_type="application/json"))
     form = {"headers": "{}", "action": "preview", "submission": SUBMISSION}
