@@ -734,7 +734,9 @@ def _split_form(request: HtmxHttpRequest, pattern: FailurePattern) -> dict[str, 
     """The split form as typed, and after Preview what the rule takes, shown beside the Split button."""
     form: dict[str, Any] = {name: request.GET.get(name, "") for name in ("name", "regex", "header")}
     form["preview"] = None
-    if request.GET.get("previewed") and not pattern.merged_into_id:
+    # Only those who may split see the form; a viewer's address must not run an expression over the pattern's
+    # dead letters (the preview reads up to SPLIT_PREVIEW_LIMIT of them).
+    if request.GET.get("previewed") and not pattern.merged_into_id and has_role(request.user, OPERATOR):
         try:
             validate_rule(name=form["name"], regex=form["regex"], header=form["header"])
             form["preview"] = split_preview(pattern=pattern, regex=form["regex"], header=form["header"])
