@@ -34,6 +34,7 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     Severity,
 )
+from dlqconsole.core.bidi import isolate
 from dlqconsole.core.durations import format_duration
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
@@ -314,7 +315,7 @@ def rule_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
         saved = services.save_rule(
             rule=form.save(commit=False), channels=form.cleaned_data["channels"], actor=request.user
         )
-        messages.success(request, f"Rule “{saved.name}” saved.")
+        messages.success(request, f"Rule “{isolate(saved.name)}” saved.")
         for warning in form.warnings:
             messages.warning(request, warning)
         return redirect("alerts:rules")
@@ -330,7 +331,11 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if form.is_valid():
         until = form.until()
         services.silence_rule(rule=rule, actor=request.user, until=until)
-        said = f"“{rule.name}” silenced until {stamp(until)}." if until else f"“{rule.name}” speaks again."
+        said = (
+            f"“{isolate(rule.name)}” silenced until {stamp(until)}."
+            if until
+            else f"“{isolate(rule.name)}” speaks again."
+        )
         messages.success(request, said)
     return redirect("alerts:rules")
 
@@ -340,7 +345,7 @@ def rule_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     rule = get_object_or_404(AlertRule, pk=pk)
     services.delete_rule(rule=rule, actor=request.user)
-    messages.success(request, f"Rule “{rule.name}” deleted.")
+    messages.success(request, f"Rule “{isolate(rule.name)}” deleted.")
     return redirect("alerts:rules")
 
 
@@ -394,7 +399,7 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
             actor=request.user,
             attach_to_all_rules=bool(form.cleaned_data.get("attach_to_all_rules")),
         )
-        messages.success(request, f"Channel “{saved.name}” saved. Send a test to check it.")
+        messages.success(request, f"Channel “{isolate(saved.name)}” saved. Send a test to check it.")
         return redirect("alerts:channel", pk=saved.pk)
     return render(
         request, "alerts/channel_form.html", {"form": form, "channel": channel}, status=400 if form.errors else 200
@@ -432,7 +437,7 @@ def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     services.enable_channel(channel=channel, actor=request.user)
-    messages.success(request, f"Channel “{channel.name}” is enabled again.")
+    messages.success(request, f"Channel “{isolate(channel.name)}” is enabled again.")
     return redirect("alerts:channel", pk=channel.pk)
 
 
@@ -441,7 +446,7 @@ def channel_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     services.delete_channel(channel=channel, actor=request.user)
-    messages.success(request, f"Channel “{channel.name}” deleted.")
+    messages.success(request, f"Channel “{isolate(channel.name)}” deleted.")
     return redirect("alerts:channels")
 
 

@@ -149,3 +149,23 @@ def test_the_admin_refuses_a_duplicate_channel_name_too(db: None) -> None:
 
     assert response.status_code == 200 and "already exists" in response.content.decode()
     assert Channel.objects.count() == 1
+
+
+def test_a_direction_control_in_a_channel_name_cannot_reorder_the_console_sentences(admin_user: User) -> None:
+    name = "pager \u202eevil"
+    client = client_for(admin_user)
+
+    saved = client.post(
+        reverse("alerts:channel-new"),
+        {"name": name, "kind": "email", "target": "oncall@example.com", "attach_to_all_rules": "on"},
+        follow=True,
+    ).content.decode()
+    channel = Channel.objects.get(name=name)
+    rules = client.get(reverse("alerts:rules")).content.decode()
+
+    # In the notice (plain text) the name sits in a first-strong isolate; in the page's own markup in an element
+    # the style sheet isolates (span), so an override inside it ends there.
+    assert f"Channel “\u2068{name}\u2069” saved. Send a test to check it." in saved
+    assert f"<h1>Channel “<span>{name}</span>”</h1>" in saved
+    assert f"<span>{name}</span>" in rules
+    assert Channel.objects.filter(pk=channel.pk).exists()
