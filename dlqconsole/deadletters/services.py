@@ -36,6 +36,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection, transaction
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from dlqconsole.accounts.roles import OPERATOR, has_role
@@ -266,7 +267,7 @@ def absorb_pattern(
         PatternEvent.Kind.MERGED,
         {
             source: f"Merged into #{target.pk}: {detail}",
-            target: f"Absorbed #{source.pk} ({moved} dead letters, {absorbed_total} in all): {detail}",
+            target: f"Absorbed #{source.pk} ({moved} dead letter{pluralize(moved)}, {absorbed_total} in all): {detail}",
         },
         actor=actor,
         now=now,

@@ -90,6 +90,15 @@ def test_a_merged_pattern_cannot_be_triaged(ingest: Ingest, operator: User) -> N
         set_pattern_status(pattern=source, status=PatternStatus.RESOLVED, actor=operator)
 
 
+def test_merge_history_counts_one_dead_letter_in_the_singular(ingest: Ingest, operator: User) -> None:
+    source = ingest("disk full on worker")[0].pattern
+    target = ingest("payment gateway timed out after 30000ms")[0].pattern
+    merge_patterns(sources=[source], target=target, actor=operator)
+
+    absorbed = PatternEvent.objects.get(pattern=target, kind=PatternEvent.Kind.MERGED)
+    assert absorbed.detail.startswith(f"Absorbed #{source.pk} (1 dead letter, 1 in all)")
+
+
 def test_resolved_pattern_reopens_when_a_new_dead_letter_arrives(
     ingest: Ingest, timeout_pattern: FailurePattern, operator: User
 ) -> None:
