@@ -803,6 +803,9 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             return redirect(back_url)
     else:  # the older form: a tick box "I own this"
         owner = request.user if request.POST.get("take") else None
+    if "\x00" in request.POST.get("note", ""):
+        messages.error(request, "The note cannot hold a NUL character.")
+        return redirect(back_url)
     try:
         assign_pattern(pattern=pattern, owner=owner, note=request.POST.get("note", pattern.note), actor=request.user)
     except PatternError as problem:

@@ -132,6 +132,9 @@ def plan_operation(
         )
     target_queue, target_exchange = target_queue.strip(), target_exchange.strip()
     target_routing_key = target_routing_key.strip()
+    for label, name in (("target queue", target_queue), ("target exchange", target_exchange)):
+        _check_amqp_name(label, name)
+    _check_amqp_name("routing key", target_routing_key)
     if kind == OperationKind.MOVE:
         if bool(target_queue) == bool(target_exchange):
             raise OperationError("a move needs a target queue, or a target exchange and routing key (not both)")
@@ -204,6 +207,14 @@ def plan_operation(
         detail=_describe(operation),
     )
     return operation
+
+
+def _check_amqp_name(label: str, name: str) -> None:
+    """AMQP names are at most 255 bytes (so are the columns that keep them); PostgreSQL text holds no NUL."""
+    if "\x00" in name:
+        raise OperationError(f"the {label} cannot hold a NUL character")
+    if len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise OperationError(f"the {label} is longer than 255 bytes, the most AMQP allows")
 
 
 def _freeze(operation: Operation, matching: Any, *, limit: int | None) -> int:
