@@ -37,6 +37,10 @@ def test_login_with_a_wrong_password_is_refused(client: Client, viewer: User) ->
 
     assert response.status_code == 200
     assert client.get("/").status_code == 302
+    # Shown as an error, and announced to a screen reader.
+    assert (
+        '<p class="error-box" role="alert">Please enter a correct username and password.' in response.content.decode()
+    )
 
 
 def test_sign_out_is_a_post_and_ends_the_session(client: Client, operator: User) -> None:
