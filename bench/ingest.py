@@ -26,7 +26,7 @@ Each rate is N divided by the summed times from the first message leaving a DLQ 
 the consumer's last commit. Process start-up (Python, Django) is not in the rates; the CPU times of the
 consumer processes (start-up included) are reported too, as they vary less with the machine's load. The run
 checks that each consumer stored exactly N rows, that the counters (DeadLetterCount,
-FailurePattern.total_count, ArrivalCount, IngestStat) add up to N and that the DLQs are empty.
+FailurePattern.total_count, ArrivalCount, PatternArrivalCount, IngestStat) add up to N and that the DLQs are empty.
 """
 
 from __future__ import annotations
@@ -424,6 +424,7 @@ def main() -> None:
             )
             (cells,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_deadlettercount")
             (arrivals,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_arrivalcount")
+            (hourly,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_patternarrivalcount")
             patterns, total = one(
                 connection, "SELECT count(*), coalesce(sum(total_count), 0) FROM deadletters_failurepattern"
             )
@@ -447,15 +448,15 @@ def main() -> None:
             ("patterns", f"{patterns:,}"),
             ("rows (consume_dlq, both runs / bare)", f"{rows:,} / {bare_rows:,}"),
             (
-                "counters (cells / patterns / arrivals / IngestStat)",
-                f"{cells:,} / {total:,} / {arrivals:,} / {inserted:,} of {received:,}",
+                "counters (cells / patterns / arrivals / pattern arrivals / IngestStat)",
+                f"{cells:,} / {total:,} / {arrivals:,} / {hourly:,} / {inserted:,} of {received:,}",
             ),
             ("messages left in the DLQs", f"{left}"),
         ],
     )
     if arguments.keep:
         print(f"\nkept {database_url}")
-    if not (rows == cells == total == arrivals == inserted == 2 * n and bare_rows == n and left == 0):
+    if not (rows == cells == total == arrivals == hourly == inserted == 2 * n and bare_rows == n and left == 0):
         sys.exit("ingest benchmark: the stored rows or counters do not add up to n")
 
 

@@ -8,8 +8,8 @@ The world lives in its own database (BENCH_DATABASE_URL, default postgres://post
 migrated like the real one. Dead letters are written with one INSERT ... SELECT over generate_series: 95% spread
 over 30 days, 5% in the last day (half of them in the last hour: an incident in progress), ids rising with
 arrival time as ingest makes them; patterns skewed so a few hold most letters; statuses parked (most), replayed,
-archived, scheduled, failed. Counters (DeadLetterCount, FailurePattern totals and first/last seen, ArrivalCount for
-the days it keeps) are filled from the rows with one GROUP BY each, so they are exact.
+archived, scheduled, failed. Counters (DeadLetterCount, FailurePattern totals and first/last seen, ArrivalCount and
+PatternArrivalCount for the days they keep) are filled from the rows with one GROUP BY each, so they are exact.
 
 Each page is requested through Django's test Client in this process (middleware, session, templates: the server's
 whole work, without a socket), logged in as an admin (so every control renders). Reported: median and p95 over the
@@ -207,6 +207,12 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         cursor.execute(
             "INSERT INTO deadletters_arrivalcount (minute, source_queue, count) "
             "SELECT date_trunc('minute', ingested_at), source_queue, count(*) FROM deadletters_deadletter "
+            "WHERE ingested_at >= %s GROUP BY 1, 2",
+            [timezone.now() - ARRIVAL_COUNT_RETENTION],
+        )
+        cursor.execute(
+            "INSERT INTO deadletters_patternarrivalcount (pattern_id, hour, count) "
+            "SELECT pattern_id, date_trunc('hour', ingested_at), count(*) FROM deadletters_deadletter "
             "WHERE ingested_at >= %s GROUP BY 1, 2",
             [timezone.now() - ARRIVAL_COUNT_RETENTION],
         )

@@ -286,6 +286,30 @@ class ArrivalCount(models.Model):
         return f"{self.source_queue} {self.minute:%Y-%m-%d %H:%M}: {self.count}"
 
 
+class PatternArrivalCount(models.Model):
+    """How many dead letters arrived in each hour, per pattern: the patterns' sparklines.
+
+    Like ArrivalCount, events that ingest records in the batch's transaction, so a purge or archive retention
+    does not flatten a pattern's trend. They move with the dead letters: a merge moves all of a pattern's
+    counts (purged arrivals included), a split or regrouping moves those of the dead letters it moves (counted
+    from the stored rows, so the purged ones of a split-off part stay with the pattern they arrived in).
+    """
+
+    pattern = models.ForeignKey(FailurePattern, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # The start of the hour (UTC) in which ingest stored the dead letters.
+    hour = models.DateTimeField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # Ingest's upsert, and the sparklines' reads of a page's patterns over the last day.
+            models.UniqueConstraint(fields=["pattern", "hour"], name="pattern_arrival_count_pattern_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"pattern #{self.pattern_id} {self.hour:%Y-%m-%d %H:00}: {self.count}"
+
+
 class PatternEvent(models.Model):
     """History of a pattern: triage status changes, merges, splits, reopenings."""
 

@@ -1,9 +1,8 @@
 """Reads for the pages that span apps: the dashboard, the patterns table, backpressure, alerts, operations.
 
-Counts come from the counters (DeadLetterCount, FailurePattern.total_count, ArrivalCount), never from COUNT(*)
-over the dead letters. The only scans of dead letters here are bounded in time (the per-pattern sparklines of the
-last day, through the (status, ingested_at) and (pattern, status, id) indexes) or are single-row index probes
-(oldest and newest parked per queue).
+Counts come from the counters (DeadLetterCount, FailurePattern.total_count, ArrivalCount, PatternArrivalCount),
+never from COUNT(*) over the dead letters. The only reads of dead letters here are single-row index probes (oldest
+and newest parked per queue) or bounded ones (the ids that start each bucket of time).
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, Count, OuterRef, Q, Subquery, Sum, Value, When
+from django.db.models import Case, OuterRef, Subquery, Sum, Value, When
 from django.utils import timezone
 
 from dlqconsole.deadletters.filters import DeadLetterFilter
@@ -27,13 +26,12 @@ from dlqconsole.deadletters.models import (
     DeadLetterCount,
     DeadLetterStatus,
     FailurePattern,
+    PatternArrivalCount,
 )
 
 # Statuses whose dead letters are still to be dealt with (they are what "parked" means on the dashboard).
 WAITING = (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED)
 ALL_STATUSES = tuple(DeadLetterStatus.values)
-# Past every id: the end of the last, open bucket.
-BIG_ID = 2**62
 LEVELS = ("normal", "warning", "critical", "emergency")
 
 
@@ -123,94 +121,6 @@ def bucket_starts(*, now: dt.datetime, width: dt.timedelta, buckets: int) -> lis
     return [aligned - width * (buckets - 1 - index) for index in range(buckets)]
 
 
-# Consumer processes stamp each batch when they start writing it and get its ids when they COPY it, so a batch
-# stamped later can hold smaller ids than one stamped earlier, by at most the time a batch takes to write.
-CONCURRENT_BATCH_SKEW = dt.timedelta(seconds=2)
-
-
-def first_ids(starts: list[dt.datetime]) -> list[int]:
-    """For each moment, the id of the first dead letter that arrived at or after it (or one past the last id).
-
-    Ids rise with arrival (ingest stamps a batch and inserts it), so the dead letters that arrived between two
-    moments are the ids between their first ids: the bucket counts below then read only the pkey or the
-    (pattern, status, id) index, never the table. Per moment, single-row probes of the (status, ingested_at)
-    index find the first arrival time after it (one probe per status), then the smallest id stamped within
-    CONCURRENT_BATCH_SKEW of that time: batches that several consumer processes wrote at once are counted on the
-    right side of the boundary, not only the one that got the smallest time.
-    """
-    if not starts:
-        return []
-    # Filling in empty buckets from the next one needs the moments in order.
-    starts = sorted(starts)
-    found = _first_ids_postgresql(starts) if connection.vendor == "postgresql" else _first_ids_portable(starts)
-    boundaries: list[int | None] = [int(value) if value is not None else None for value in found]
-    # A moment after the last arrival starts an empty bucket: it begins where the next one does, or past the end.
-    following = BIG_ID
-    result = [BIG_ID] * len(boundaries)
-    for index in range(len(boundaries) - 1, -1, -1):
-        value = boundaries[index]
-        result[index] = following = value if value is not None else following
-    return result
-
-
-def _first_ids_postgresql(starts: list[dt.datetime]) -> list[Any]:
-    # One statement with one plan, run for every moment and status (hundreds of scalar subqueries would spend
-    # more time in the planner than in the index).
-    table = connection.ops.quote_name(DeadLetter._meta.db_table)
-    sql = f"""
-        SELECT (
-            SELECT min(letter.id + 0) FROM {table} AS letter, (
-                SELECT min(first.ingested_at) AS at FROM unnest(%(statuses)s::text[]) AS wanted(status)
-                CROSS JOIN LATERAL (
-                    SELECT probe.ingested_at FROM {table} AS probe
-                    WHERE probe.status = wanted.status AND probe.ingested_at >= moment.start
-                    ORDER BY probe.ingested_at LIMIT 1
-                ) AS first
-            ) AS arrival
-            WHERE letter.status = ANY(%(statuses)s)
-                AND letter.ingested_at >= arrival.at AND letter.ingested_at < arrival.at + %(skew)s::interval
-        )
-        -- min(id + 0): a plain min(id) lets the planner walk the primary key from the first id, filtering.
-        FROM unnest(%(starts)s::timestamptz[]) WITH ORDINALITY AS moment(start, position)
-        ORDER BY moment.position
-    """
-    with connection.cursor() as cursor:
-        skew = f"{CONCURRENT_BATCH_SKEW.total_seconds()} seconds"
-        cursor.execute(sql, {"statuses": list(ALL_STATUSES), "starts": starts, "skew": skew})
-        return [row[0] for row in cursor.fetchall()]
-
-
-def _first_ids_portable(starts: list[dt.datetime]) -> list[Any]:
-    with connection.cursor() as cursor:
-        times = _scalars(
-            cursor,
-            [
-                DeadLetter.objects.filter(status=status, ingested_at__gte=start)
-                .order_by("ingested_at")
-                .values("ingested_at")[:1]
-                for start in starts
-                for status in ALL_STATUSES
-            ],
-        )
-        firsts: list[Any] = []
-        for index in range(len(starts)):
-            found = [moment for moment in times[index * len(ALL_STATUSES) : (index + 1) * len(ALL_STATUSES)] if moment]
-            firsts.append(min(found) if found else None)
-        wanted = [moment for moment in firsts if moment is not None]
-        ids = iter(
-            _scalars(
-                cursor,
-                [
-                    DeadLetter.objects.filter(status__in=ALL_STATUSES, ingested_at=moment)
-                    .order_by("pk")
-                    .values("pk")[:1]
-                    for moment in wanted
-                ],
-            )
-        )
-    return [next(ids) if moment is not None else None for moment in firsts]
-
-
 def _scalars(cursor: Any, querysets: list[Any]) -> list[Any]:
     """Run single-value querysets as the columns of one SELECT (one round trip for many index probes)."""
     if not querysets:
@@ -234,12 +144,6 @@ def _as_value(value: Any, field: Any) -> Any:
     if isinstance(value, dt.datetime) and timezone.is_naive(value):
         return value.replace(tzinfo=dt.UTC)
     return value
-
-
-def bucket_bounds(starts: list[dt.datetime]) -> list[tuple[int, int]]:
-    """(first id, first id of the next bucket) for each bucket; the last one is open to the newest arrival."""
-    ids = first_ids(starts)
-    return [(ids[index], ids[index + 1] if index + 1 < len(ids) else BIG_ID) for index in range(len(ids))]
 
 
 def arrivals(*, now: dt.datetime | None = None, width: dt.timedelta, buckets: int) -> list[tuple[dt.datetime, int]]:
@@ -283,41 +187,22 @@ def pattern_trends(
     width: dt.timedelta,
     buckets: int,
 ) -> dict[int, list[int]]:
-    """Arrivals per pattern and bucket (oldest first), for sparklines: read from the (pattern, status, id) index
-    between the buckets' first ids (see first_ids).
-
-    Unlike `arrivals`, these count the dead letters that are still stored: patterns are merged and split after
-    the fact, which would need the counts moved with them, so a pattern's purged dead letters leave its
-    sparkline."""
+    """Arrivals per pattern and bucket (oldest first), for sparklines, from the hourly arrival counts
+    (PatternArrivalCount): every arrival counts, whatever became of it since (purged included), in the pattern
+    that holds it now. `width` is a whole number of hours; the last bucket is open-ended, like `arrivals`."""
+    if width <= dt.timedelta(0) or width % dt.timedelta(hours=1):
+        raise ValueError("pattern trend buckets are a whole number of hours wide")
     if not pattern_ids:
         return {}
     starts = bucket_starts(now=now or timezone.now(), width=width, buckets=buckets)
-    bounds = bucket_bounds(starts)
     trends = {pattern_id: [0] * buckets for pattern_id in pattern_ids}
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(DeadLetter._meta.db_table)
-        # width_bucket finds each id's bucket by binary search over the boundaries (1 = the first bucket).
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT pattern_id, width_bucket(id, %s::bigint[]), count(*) FROM {table} "
-                "WHERE pattern_id = ANY(%s) AND status = ANY(%s) AND id >= %s GROUP BY 1, 2",
-                [[low for low, _ in bounds], list(pattern_ids), list(ALL_STATUSES), bounds[0][0]],
-            )
-            for pattern_id, bucket, count in cursor.fetchall():
-                if 1 <= bucket <= buckets:
-                    trends[pattern_id][bucket - 1] += int(count)
-        return trends
-    rows = (
-        DeadLetter.objects.filter(pattern_id__in=pattern_ids, status__in=ALL_STATUSES, pk__gte=bounds[0][0])
-        .values("pattern_id")
-        .annotate(
-            **{f"b{index}": Count("pk", filter=Q(pk__gte=low, pk__lt=high)) for index, (low, high) in enumerate(bounds)}
-        )
-        .order_by()
+    field = PatternArrivalCount._meta.get_field("hour")
+    rows = PatternArrivalCount.objects.filter(pattern_id__in=pattern_ids, hour__gte=starts[0]).values_list(
+        "pattern_id", "hour", "count"
     )
-    for row in rows:
-        values = cast(dict[str, Any], row)
-        trends[values["pattern_id"]] = [int(values[f"b{index}"] or 0) for index in range(buckets)]
+    for pattern_id, hour, count in rows:
+        index = min(bisect_right(starts, _as_value(hour, field)) - 1, buckets - 1)
+        trends[pattern_id][index] += max(int(count), 0)
     return trends
 
 

@@ -182,11 +182,14 @@ def move_dead_letters(
     new_fingerprint: str | None = None,
 ) -> tuple[int, dt.datetime | None, dt.datetime | None]:
     """Move dead letters of pattern `source_id` (all of them, those with one of `fingerprints`, or those with
-    one of `ids`) to `target_id`, and the counters with them. Returns (moved, earliest, latest ingested_at)."""
-    from dlqconsole.ingest.services import add_counts
+    one of `ids`) to `target_id`, and the counters with them: the status cells, and the hourly arrival counts of
+    the sparklines (all of them when the whole pattern moves, purged arrivals included; else those of the dead
+    letters moved). Returns (moved, earliest, latest ingested_at)."""
+    from dlqconsole.ingest.services import add_counts, add_pattern_arrivals, arrival_hour, transfer_pattern_arrivals
 
     table = DeadLetter._meta.db_table
     moved: Counter[tuple[str, str, str]] = Counter()
+    hours: Counter[dt.datetime] = Counter()
     earliest: dt.datetime | None = None
     latest: dt.datetime | None = None
     set_sql = "pattern_id = %s" + (", fingerprint = %s" if new_fingerprint is not None else "")
@@ -219,6 +222,8 @@ def move_dead_letters(
                         ingested_at = dt.datetime.fromisoformat(ingested_at)
                     if ingested_at is not None and timezone.is_naive(ingested_at):
                         ingested_at = timezone.make_aware(ingested_at, dt.UTC)
+                    if ingested_at is not None:
+                        hours[arrival_hour(ingested_at)] += 1
                     earliest = ingested_at if earliest is None or ingested_at < earliest else earliest
                     latest = ingested_at if latest is None or ingested_at > latest else latest
                 if len(rows) < MOVE_CHUNK:
@@ -226,6 +231,12 @@ def move_dead_letters(
     changes = [(queue, source_id, reason, status, -n) for (queue, reason, status), n in moved.items()]
     changes += [(queue, target_id, reason, status, n) for (queue, reason, status), n in moved.items()]
     add_counts(changes)
+    if ids is None and fingerprints is None:
+        transfer_pattern_arrivals(source_id=source_id, target_id=target_id)
+    else:
+        add_pattern_arrivals(
+            [(source_id, hour, -n) for hour, n in hours.items()] + [(target_id, hour, n) for hour, n in hours.items()]
+        )
     return sum(moved.values()), earliest, latest
 
 

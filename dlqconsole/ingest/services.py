@@ -3,7 +3,8 @@
 Concurrency: several consume_dlq processes may ingest into the same tables at once. Inserts are idempotent
 through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
 counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
-then patterns by id, then arrival counts by queue, then ingest stats by queue), so two batches cannot deadlock on
+then patterns by id, then their hourly arrival counts by pattern id, then arrival counts by queue, then ingest
+stats by queue), so two batches cannot deadlock on
 each other.
 """
 
@@ -31,6 +32,7 @@ from dlqconsole.deadletters.models import (
     DeadLetterStatus,
     DeathReason,
     FailurePattern,
+    PatternArrivalCount,
     PatternEvent,
     PatternStatus,
 )
@@ -359,6 +361,8 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
                     [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
                 )
     _reopen(sorted(pk for pk, status in statuses.items() if status == PatternStatus.RESOLVED), now=now)
+    hour = arrival_hour(now)
+    add_pattern_arrivals([(pattern_id, hour, per_pattern[pattern_id]) for pattern_id in ids])
     # Late in the batch: every batch of a queue writes the same row in a minute, and holds it until it commits.
     _add_arrivals(inserted, now=now)
 
@@ -366,6 +370,57 @@ def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, 
 def arrival_minute(moment: dt.datetime) -> dt.datetime:
     """The start of the minute (UTC) that holds `moment`: the key of its ArrivalCount row."""
     return dt.datetime.fromtimestamp(int(moment.timestamp()) // 60 * 60, tz=dt.UTC)
+
+
+def arrival_hour(moment: dt.datetime) -> dt.datetime:
+    """The start of the hour (UTC) that holds `moment`: the key of its PatternArrivalCount rows."""
+    return dt.datetime.fromtimestamp(int(moment.timestamp()) // 3600 * 3600, tz=dt.UTC)
+
+
+def add_pattern_arrivals(changes: Sequence[tuple[int, dt.datetime, int]]) -> None:
+    """Add (pattern id, hour, delta) to the patterns' hourly arrival counts, creating rows as needed: one upsert
+    (a few on SQLite), rows in (pattern, hour) order so that concurrent writers lock them in the same order.
+    Hours past ARRIVAL_COUNT_RETENTION are left out: their rows are pruned, and nothing reads them."""
+    cutoff = arrival_hour(timezone.now() - ARRIVAL_COUNT_RETENTION)
+    merged: Counter[tuple[int, dt.datetime]] = Counter()
+    for pattern_id, hour, delta in changes:
+        if hour >= cutoff:
+            merged[(pattern_id, hour)] += delta
+    rows = sorted((key, delta) for key, delta in merged.items() if delta != 0)
+    if not rows:
+        return
+    table = PatternArrivalCount._meta.db_table
+    upsert = f" ON CONFLICT (pattern_id, hour) DO UPDATE SET count = {table}.count + excluded.count"
+    if connection.vendor == "postgresql":
+        with _binding_cursor() as binding:
+            binding.execute(
+                f"INSERT INTO {table} (pattern_id, hour, count) SELECT * FROM "
+                "unnest(%s::bigint[], %s::timestamptz[], %s::bigint[]) ORDER BY 1, 2" + upsert,
+                [[key[0] for key, _ in rows], [key[1] for key, _ in rows], [delta for _, delta in rows]],
+            )
+        return
+    field = PatternArrivalCount._meta.get_field("hour")
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            cursor.execute(
+                f"INSERT INTO {table} (pattern_id, hour, count) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(chunk))
+                + upsert,
+                [
+                    value
+                    for (pattern_id, hour), delta in chunk
+                    for value in (pattern_id, field.get_db_prep_save(hour, connection), delta)
+                ],
+            )
+
+
+def transfer_pattern_arrivals(*, source_id: int, target_id: int) -> None:
+    """Move every hourly arrival count of pattern `source_id` to `target_id` (a merge): the arrivals of dead
+    letters purged since go with them."""
+    counts = list(PatternArrivalCount.objects.filter(pattern_id=source_id).values_list("hour", "count"))
+    add_pattern_arrivals([(target_id, hour, count) for hour, count in counts])
+    PatternArrivalCount.objects.filter(pattern_id=source_id).delete()
 
 
 def _add_arrivals(inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
@@ -397,11 +452,13 @@ def _add_arrivals(inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None
 
 
 def prune_arrival_counts(*, now: dt.datetime | None = None) -> int:
-    """Delete arrival counts older than ARRIVAL_COUNT_RETENTION (no chart reads them); returns how many. Ingest
-    only ever writes the current minute, so this never meets a batch's row lock."""
+    """Delete arrival counts, per queue and minute and per pattern and hour, older than ARRIVAL_COUNT_RETENTION (no
+    chart reads them); returns how many. Ingest only ever writes the current minute and hour, and moves between
+    patterns leave out hours past the retention, so this never meets a batch's row lock."""
     cutoff = arrival_minute((now or timezone.now()) - ARRIVAL_COUNT_RETENTION)
     deleted, _ = ArrivalCount.objects.filter(minute__lt=cutoff).delete()
-    return deleted
+    pattern_deleted, _ = PatternArrivalCount.objects.filter(hour__lt=arrival_hour(cutoff)).delete()
+    return deleted + pattern_deleted
 
 
 def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:

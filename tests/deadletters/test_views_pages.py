@@ -547,30 +547,6 @@ def test_dashboard_alerts_do_not_repeat_a_label_their_summary_already_says(viewe
     assert "orders.dlq · since" in html
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="several consumer processes need PostgreSQL")
-def test_sparklines_count_batches_that_concurrent_consumers_stamped_out_of_id_order(viewer_client: Client) -> None:
-    """Two consumer processes: the batch stamped a moment later got the smaller ids (as seen live: ids 1-32
-    stamped .230463, ids 33-49 stamped .230069). Every one of them arrived in the last hour, and the sparklines
-    (which find their buckets' ids by arrival time) count them all."""
-    now = timezone.now()
-    stamped = now - dt.timedelta(minutes=10)
-    later = many(32, queue="orders")
-    earlier = many(17, queue="orders")
-    a_moment_later = stamped + dt.timedelta(microseconds=394)
-    DeadLetter.objects.filter(pk__in=[row.pk for row in later]).update(ingested_at=a_moment_later)
-    DeadLetter.objects.filter(pk__in=[row.pk for row in earlier]).update(ingested_at=stamped)
-    assert max(row.pk for row in later) < min(row.pk for row in earlier)
-
-    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
-    trend = selectors.pattern_trends(
-        pattern_ids=[later[0].pattern_id], now=now, width=dt.timedelta(minutes=5), buckets=12
-    )
-
-    assert sum(count for _, count in hour) == 49
-    assert sum(trend[later[0].pattern_id]) == 49
-    assert '49</div><div class="label">arrived last hour' in viewer_client.get("/").content.decode()
-
-
 def test_a_rows_host_links_to_the_list_filtered_by_it(viewer_client: Client) -> None:
     many(1, queue="orders", host="web-1 &<x>")
     many(1, queue="orders", host="web-2")
