@@ -3,21 +3,33 @@
 Rules are few and change rarely; ingest reads the enabled ones at most once a second (one query) and compiles
 only those it has not seen in this version (`updated_at`), so a rule edited in the admin applies within a second
 in every consumer process (at once in the process that saved it).
+
+Expressions are typed by operators (split rules) and admins, and Python's `re` cannot be stopped: one that
+backtracks catastrophically (`(a|aa)+$`) on a long error text would hold an ingest process, or a web worker
+splitting a pattern, for good. Rules are therefore compiled with the `regex` module (the same syntax as `re`)
+and each search may take at most MATCH_TIMEOUT seconds; a search that runs out counts as no match, logged.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters.models import FingerprintRule
 
 # Rules search at most this much of the error text, so one careless expression cannot stall ingest for long.
 MAX_TEXT = 4000
+# The longest one search of one rule may take (seconds); an ordinary expression takes microseconds.
+MATCH_TIMEOUT = 0.05
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +38,7 @@ class CompiledRule:
     key: str
     pattern_id: int | None
     scope_id: int | None
-    regex: re.Pattern[str] | None
+    regex: Any  # a compiled `regex` pattern, searched through search() below
     header: str
 
 
@@ -44,9 +56,27 @@ def compile_rule(rule: FingerprintRule) -> CompiledRule:
         key=rule.fingerprint_key,
         pattern_id=rule.pattern_id,
         scope_id=rule.scope_id,
-        regex=re.compile(rule.regex) if rule.regex else None,
+        regex=_compile(rule.regex) if rule.regex else None,
         header=rule.header.strip().lower(),
     )
+
+
+def _compile(expression: str) -> Any:
+    try:
+        return regex.compile(expression, regex.VERSION0)
+    except regex.error as problem:
+        raise re.error(str(problem)) from None
+
+
+def search(rule: CompiledRule, text: str) -> bool:
+    """Whether the rule's expression is found in the text; a search past MATCH_TIMEOUT counts as not found."""
+    try:
+        return rule.regex.search(text, timeout=MATCH_TIMEOUT) is not None
+    except TimeoutError:
+        logger.warning(
+            "Fingerprint rule #%s took longer than %s s on a text and was taken as not matching", rule.id, MATCH_TIMEOUT
+        )
+        return False
 
 
 def forget_rules() -> None:
@@ -105,15 +135,15 @@ def matches(rule: CompiledRule, *, error_type: str, message: str, headers: Any) 
         value = header_text(headers, rule.header)
         if value is None:
             return False
-        return rule.regex is None or rule.regex.search(value) is not None
+        return rule.regex is None or search(rule, value)
     if rule.regex is None:
         return False
     # The expression is searched in the message alone (so `^Connection refused` means what it says) and then in
     # '<error type>: <message>' (so an expression may name the type, `^TimeoutError: ` or `KeyError`).
-    if rule.regex.search(message[:MAX_TEXT]) is not None:
+    if search(rule, message[:MAX_TEXT]):
         return True
     text = error_text(error_type=error_type, message=message)
-    return bool(error_type) and rule.regex.search(text[:MAX_TEXT]) is not None
+    return bool(error_type) and search(rule, text[:MAX_TEXT])
 
 
 def first_match(
