@@ -216,6 +216,8 @@ def test_every_list_page_fits_a_phone(page: Page, admin_user: User, watched: Wat
         ("/alerts/channels/", "alert-channels"),
         ("/alerts/queues/", "watched-queues"),
         (f"/alerts/{Alert.objects.get(subject=f'queue:{LONG_QUEUE}.dlq:old').pk}/", "alert-digested"),
+        # Its heading holds the pattern's template, a run of 'A's with no place to break.
+        (f"/alerts/{Alert.objects.get(subject=f'pattern:{long_queue_pattern.pk}').pk}/", "alert-long-pattern"),
         (f"/alerts/channels/{Channel.objects.get().pk}/", "alert-channel"),
         (f"/alerts/notifications/{Notification.objects.get(kind='digest').pk}/", "notification-digest"),
         (f"/alerts/channels/{Channel.objects.get().pk}/edit/", "alert-channel-edit"),
