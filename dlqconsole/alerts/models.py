@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -117,12 +117,21 @@ class Channel(models.Model):
         # Two channels of one name cannot be told apart on a rule's form or in a notification's history. Checked
         # here, so the console's form and the admin's both refuse it; not a database constraint, which existing
         # installations holding duplicates could not take without renaming channels behind their admins' backs.
+        errors: dict[str, Any] = {}
         taken = Channel.objects.filter(name__iexact=self.name.strip()).exclude(pk=self.pk)
         existing = taken.values_list("name", flat=True).first() if self.name else None
         if existing is not None:
-            raise ValidationError(
-                {"name": f"A channel named “{existing}” already exists (names are compared without regard to case)."}
-            )
+            errors["name"] = f"A channel named “{existing}” already exists (names are compared without regard to case)."
+        # The kind's own check of the target (an e-mail list, a webhook URL outside the denied networks), here too
+        # so that the Django admin cannot save what the console's form refuses.
+        notifier = NOTIFIERS.get(self.kind)
+        if notifier is not None and self.target:
+            try:
+                self.target = notifier.clean_target(self.target)
+            except ValidationError as error:
+                errors["target"] = error.messages
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def target_display(self) -> str:

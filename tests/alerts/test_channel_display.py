@@ -169,3 +169,50 @@ def test_a_direction_control_in_a_channel_name_cannot_reorder_the_console_senten
     assert f"<h1>Channel “<span>{name}</span>”</h1>" in saved
     assert f"<span>{name}</span>" in rules
     assert Channel.objects.filter(pk=channel.pk).exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "error"),
+    [
+        ("webhook", "http://169.254.169.254/latest/meta-data/", "DLQ_WEBHOOK_DENIED_NETWORKS"),
+        ("slack", "ftp://hooks.example.com/x", "Enter an http(s) URL."),
+        ("email", "not an address", "Enter a valid email address."),
+    ],
+)
+def test_the_admin_checks_a_target_as_the_console_form_does(db: None, kind: str, target: str, error: str) -> None:
+    root = User.objects.create_superuser("root", password="pw-root")
+
+    response = client_for(root).post(
+        reverse("admin:alerts_channel_add"),
+        {
+            "name": "Metadata",
+            "kind": kind,
+            "target": target,
+            "enabled": "on",
+            "notice_window_rules": "[]",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+        },
+    )
+
+    assert response.status_code == 200 and error in response.content.decode()
+    assert not Channel.objects.exists()
+
+
+def test_the_admin_saves_a_target_normalised_by_its_kind(db: None) -> None:
+    root = User.objects.create_superuser("root", password="pw-root")
+
+    client_for(root).post(
+        reverse("admin:alerts_channel_add"),
+        {
+            "name": "Pager",
+            "kind": "email",
+            "target": " a@example.com; b@example.com ",
+            "enabled": "on",
+            "notice_window_rules": "[]",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+        },
+    )
+
+    assert Channel.objects.get(name="Pager").target == "a@example.com, b@example.com"
