@@ -84,7 +84,7 @@ def delete_expired_exports() -> int:
     cutoff = time.time() - settings.DLQ_EXPORT_RETENTION_HOURS * 3600
     deleted = 0
     for path in export_dir().iterdir():
-        if not (path.is_file() and TOKEN.match(path.name.partition(".")[0])):
+        if not (path.is_file() and TOKEN.fullmatch(path.name.partition(".")[0])):
             continue
         try:
             if path.stat().st_mtime < cutoff:
@@ -220,7 +220,7 @@ class ExportFile:
 
 
 def find_export(*, name: str, user: AbstractBaseUser | AnonymousUser) -> ExportFile | None:
-    match = TOKEN.match(name)
+    match = TOKEN.fullmatch(name)
     if match is None:
         return None
     if str(user.pk) != match.group(1) and not has_role(user, ADMIN):

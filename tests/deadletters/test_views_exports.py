@@ -145,3 +145,10 @@ def test_export_files_older_than_the_retention_are_deleted(export_dir: Path, set
     assert not any(path.exists() for path in old)
     assert fresh.exists() and unrelated.exists()
     assert exports.delete_expired_exports() == 0
+
+
+def test_an_export_name_with_a_trailing_newline_is_not_a_token(viewer: User) -> None:
+    name = f"{viewer.pk}-{'a' * 32}"
+
+    assert exports.TOKEN.fullmatch(name) is not None
+    assert exports.find_export(name=name + "\n", user=viewer) is None
