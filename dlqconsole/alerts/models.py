@@ -14,6 +14,7 @@ from django.utils.crypto import salted_hmac
 
 from dlqconsole.alerts.notifiers import NOTIFIERS, notifier_choices
 from dlqconsole.alerts.notifiers.webhook import MASK
+from dlqconsole.core.bidi import isolate
 
 if TYPE_CHECKING:
     from dlqconsole.alerts.notifiers.base import Notifier
@@ -103,7 +104,9 @@ class Channel(models.Model):
         ordering = ["name", "id"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.kind})"
+        # Isolated: the rule form and the admin set it in a label, where a direction control in the name would
+        # otherwise run on over the kind.
+        return f"{isolate(self.name)} ({self.kind})"
 
     def notifier(self) -> Notifier:
         return NOTIFIERS[self.kind](self)

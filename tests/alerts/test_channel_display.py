@@ -216,3 +216,11 @@ def test_the_admin_saves_a_target_normalised_by_its_kind(db: None) -> None:
     )
 
     assert Channel.objects.get(name="Pager").target == "a@example.com, b@example.com"
+
+
+def test_a_direction_control_in_a_channel_name_ends_before_its_kind_in_the_rule_form(admin_user: User) -> None:
+    Channel.objects.create(name="pager \u202eevil", kind="email", target="oncall@example.com")
+
+    form = client_for(admin_user).get(reverse("alerts:rule-new")).content.decode()
+
+    assert "\u2068pager \u202eevil\u2069 (email)" in form
