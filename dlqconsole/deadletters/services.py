@@ -27,10 +27,12 @@ its patterns, and batches that come after it see where the merge put things.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -481,6 +483,37 @@ def delete_fingerprint_rule(*, rule: FingerprintRule, actor: Actor) -> None:
         record_audit(actor=actor, action="fingerprint_rule.delete", target=f"rule #{pk}", detail=name)
 
 
+def _split_matches(compiled: Any, error_type: str, message: str, headers: Any) -> bool:
+    """Whether a split rule takes a dead letter; a search that ran out of time refuses the split (PatternError)
+    rather than leaving the dead letter where it is unchecked."""
+    from dlqconsole.deadletters.grouping.rules import RuleTooSlowError, matches
+
+    try:
+        return matches(compiled, error_type=error_type, message=message, headers=headers, strict=True)
+    except RuleTooSlowError as problem:
+        raise PatternError(str(problem)) from None
+
+
+def _bounded(rows: Iterable[tuple[Any, ...]]) -> Generator[tuple[Any, ...]]:
+    """The rows, until SPLIT_TIME_LIMIT has passed: then PatternError (an expression fast on each text can still
+    be slow over a large pattern, and the operator waits for the answer). Use it in contextlib.closing()."""
+    deadline = time.monotonic() + SPLIT_TIME_LIMIT
+    try:
+        for row in rows:
+            if time.monotonic() > deadline:
+                raise PatternError(
+                    f"Checking the rule against the pattern's dead letters took longer than {SPLIT_TIME_LIMIT:.0f} "
+                    "s; make the expression simpler or more specific."
+                )
+            yield row
+    finally:
+        # Close a server-side cursor now, inside the caller's transaction: closed later by the garbage collector,
+        # after the transaction rolled back, its CLOSE would fail.
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+
+
 def split_pattern(
     *,
     pattern: FailurePattern,
@@ -493,7 +526,7 @@ def split_pattern(
     """Split the dead letters of `pattern` that match a rule (a regular expression on the error text, and/or a
     header) into a new pattern named `name`. The rule is kept, scoped to the pattern, so later arrivals that
     match are split off too. Returns the new pattern."""
-    from dlqconsole.deadletters.grouping.rules import compile_rule, matches
+    from dlqconsole.deadletters.grouping.rules import compile_rule
 
     validate_rule(name=name, regex=regex, header=header)
     now = now or timezone.now()
@@ -515,14 +548,14 @@ def split_pattern(
         part.save(update_fields=["transient"])
         compiled = compile_rule(rule)
         _forget_rules()
-        matching = [
-            pk
-            for pk, error_type, message, headers in DeadLetter.objects.filter(pattern_id=locked.pk)
+        rows = (
+            DeadLetter.objects.filter(pattern_id=locked.pk)
             .order_by("pk")
             .values_list("pk", "error_type", "error_message", "headers")
             .iterator(chunk_size=2000)
-            if matches(compiled, error_type=error_type, message=message, headers=headers)
-        ]
+        )
+        with contextlib.closing(_bounded(rows)) as bounded:
+            matching = [pk for pk, *row in bounded if _split_matches(compiled, *row)]
         if not matching:
             # Rolls the rule and its pattern back: an empty split only leaves a confusing empty pattern behind.
             raise PatternError(f"The rule matches none of the dead letters of #{locked.pk}; nothing was split.")
@@ -597,22 +630,26 @@ class SplitPreview:
 
 # A preview reads at most this many of the pattern's newest dead letters.
 SPLIT_PREVIEW_LIMIT = 10000
+# A split or its preview gives up (and says so) when checking its rule takes longer than this (seconds).
+SPLIT_TIME_LIMIT = 10.0
 
 
 def split_preview(*, pattern: FailurePattern, regex: str = "", header: str = "", examples: int = 5) -> SplitPreview:
     """What a split rule would take from a pattern, for a page that shows it before the operator confirms: how many
     of its newest dead letters match, and a few of them."""
-    from dlqconsole.deadletters.grouping.rules import compile_rule, matches
+    from dlqconsole.deadletters.grouping.rules import compile_rule
 
     _validate_match(regex=regex, header=header)
     compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
     rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:SPLIT_PREVIEW_LIMIT]
     examined = matching = 0
     found: list[tuple[int, str]] = []
-    for pk, error_type, message, headers in rows.values_list("pk", "error_type", "error_message", "headers"):
-        examined += 1
-        if matches(compiled, error_type=error_type, message=message, headers=headers):
-            matching += 1
-            if len(found) < examples:
-                found.append((pk, message))
+    values = rows.values_list("pk", "error_type", "error_message", "headers").iterator(chunk_size=2000)
+    with contextlib.closing(_bounded(values)) as bounded:
+        for pk, error_type, message, headers in bounded:
+            examined += 1
+            if _split_matches(compiled, error_type, message, headers):
+                matching += 1
+                if len(found) < examples:
+                    found.append((pk, message))
     return SplitPreview(matching=matching, examined=examined, examples=found)

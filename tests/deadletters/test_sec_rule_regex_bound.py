@@ -1,13 +1,15 @@
 """A rule's expression is typed by people; one that backtracks catastrophically used to hold the ingest process
-(or the web worker splitting a pattern) for good. Each search is bounded: one that runs out counts as no match."""
+(or the web worker splitting a pattern) for good. Each search is bounded: at ingest one that runs out counts as no
+match; a split (and its preview) that meets one is refused with the reason, as is one that takes too long in all."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
 
-from dlqconsole.deadletters.models import FingerprintRule
-from dlqconsole.deadletters.services import save_fingerprint_rule
+from dlqconsole.deadletters import services
+from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule
+from dlqconsole.deadletters.services import PatternError, save_fingerprint_rule, split_pattern, split_preview
 from tests.conftest import client_for
 from tests.deadletters.conftest import Ingest
 
@@ -36,4 +38,33 @@ def test_a_catastrophic_split_preview_answers(ingest: Ingest, operator: User) ->
     )
 
     assert response.status_code == 200
-    assert response.context["split"]["preview"].matching == 0
+    assert response.context["split"]["preview"] is None
+    assert "took longer than 50 ms" in response.context["split"]["problem"]
+    assert "took longer than 50 ms" in response.content.decode()
+
+
+def test_a_split_whose_rule_runs_out_of_time_is_refused_and_leaves_nothing(ingest: Ingest, operator: User) -> None:
+    (first, second) = ingest(HOSTILE, "a" * 61 + "c")
+    pattern = FailurePattern.objects.get(pk=first.pattern_id)
+    assert second.pattern_id == pattern.pk
+
+    with pytest.raises(PatternError, match="took longer than 50 ms"):
+        split_pattern(pattern=pattern, name="As", regex=CATASTROPHIC, actor=operator)
+
+    assert not FingerprintRule.objects.exists()
+    assert set(DeadLetter.objects.values_list("pattern_id", flat=True)) == {pattern.pk}
+
+
+def test_a_split_that_takes_too_long_in_all_is_refused(
+    ingest: Ingest, operator: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (first, _) = ingest("user alice not found", "user bob not found")
+    monkeypatch.setattr(services, "SPLIT_TIME_LIMIT", -1.0)
+    pattern = FailurePattern.objects.get(pk=first.pattern_id)
+
+    with pytest.raises(PatternError, match="took longer than"):
+        split_pattern(pattern=pattern, name="Alice", regex="alice", actor=operator)
+    with pytest.raises(PatternError, match="took longer than"):
+        split_preview(pattern=pattern, regex="alice")
+
+    assert not FingerprintRule.objects.exists()

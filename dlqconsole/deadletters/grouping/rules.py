@@ -68,11 +68,21 @@ def _compile(expression: str) -> Any:
         raise re.error(str(problem)) from None
 
 
-def search(rule: CompiledRule, text: str) -> bool:
-    """Whether the rule's expression is found in the text; a search past MATCH_TIMEOUT counts as not found."""
+class RuleTooSlowError(Exception):
+    """A search of a rule's expression ran past MATCH_TIMEOUT where the caller asked to be told (a split)."""
+
+
+def search(rule: CompiledRule, text: str, *, strict: bool = False) -> bool:
+    """Whether the rule's expression is found in the text; a search past MATCH_TIMEOUT counts as not found, or
+    raises RuleTooSlowError when `strict` (a split must not file a dead letter by a search that gave up)."""
     try:
         return rule.regex.search(text, timeout=MATCH_TIMEOUT) is not None
     except TimeoutError:
+        if strict:
+            raise RuleTooSlowError(
+                f"The expression took longer than {MATCH_TIMEOUT * 1000:.0f} ms on one dead letter's text; "
+                "make it simpler (nested repetition such as (a|aa)+ backtracks without end)."
+            ) from None
         logger.warning(
             "Fingerprint rule #%s took longer than %s s on a text and was taken as not matching", rule.id, MATCH_TIMEOUT
         )
@@ -130,20 +140,20 @@ def header_text(headers: Any, name: str) -> str | None:
     return None
 
 
-def matches(rule: CompiledRule, *, error_type: str, message: str, headers: Any) -> bool:
+def matches(rule: CompiledRule, *, error_type: str, message: str, headers: Any, strict: bool = False) -> bool:
     if rule.header:
         value = header_text(headers, rule.header)
         if value is None:
             return False
-        return rule.regex is None or search(rule, value)
+        return rule.regex is None or search(rule, value, strict=strict)
     if rule.regex is None:
         return False
     # The expression is searched in the message alone (so `^Connection refused` means what it says) and then in
     # '<error type>: <message>' (so an expression may name the type, `^TimeoutError: ` or `KeyError`).
-    if search(rule, message[:MAX_TEXT]):
+    if search(rule, message[:MAX_TEXT], strict=strict):
         return True
     text = error_text(error_type=error_type, message=message)
-    return bool(error_type) and search(rule, text[:MAX_TEXT])
+    return bool(error_type) and search(rule, text[:MAX_TEXT], strict=strict)
 
 
 def first_match(
