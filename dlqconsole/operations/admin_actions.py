@@ -67,8 +67,10 @@ def confirm_operation(
     options = form.plan_options() if form.is_bound and form.is_valid() else {}
     if step == "start" and form.is_valid():
         try:
-            operation = plan_operation(kind=kind, filter={"ids": ids}, actor=request.user, **options)
-            start_operation(operation=operation, actor=request.user)
+            # One transaction: a start that is refused leaves no plan behind (the page shows the plan again).
+            with transaction.atomic():
+                operation = plan_operation(kind=kind, filter={"ids": ids}, actor=request.user, **options)
+                start_operation(operation=operation, actor=request.user)
         except (OperationError, PermissionDenied) as failure:
             error = str(failure)
         else:

@@ -353,6 +353,10 @@ def start_operation(
     older than STALE_PLAN_AGE. None means the caller does not ask (the CLI and the admin start what they just
     planned or showed)."""
     _check_role(actor, operation.kind)
+    if operation.total == 0 and operation.status == OperationStatus.PLANNED:
+        # A run of nothing would only read as "Running" and then "Done": say so instead (the CLI says "Nothing to
+        # do" before it gets here; the operation page and the admin would start it).
+        raise OperationError(EMPTY_PLAN.format(kind=operation.get_kind_display().lower()))
     if stale_confirmed is False and timezone.now() - operation.created_at > STALE_PLAN_AGE:
         raise OperationError(
             f"Nothing was started: this plan was made {_minutes(timezone.now() - operation.created_at)} ago and "
@@ -382,6 +386,12 @@ def start_operation(
         enqueue_run(operation)
     operation.refresh_from_db()
     return operation
+
+
+EMPTY_PLAN = (
+    "Nothing was started: the plan holds no dead letter (none of those chosen is in a state a {kind} acts on). "
+    "Plan again with another filter or status, or discard this plan."
+)
 
 
 def _minutes(age: dt.timedelta) -> str:

@@ -300,6 +300,8 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "unreplayable_count": unreplayable_count,
         # Start could only mark every message failed: the button is disabled (and the server refuses it).
         "nothing_replayable": operation.publishes and 0 < operation.total <= unreplayable_count,
+        # Nothing matched in a state the kind acts on: Start is disabled (and the server refuses it).
+        "empty_plan": planned and operation.total == 0,
         "rate_choices": RATE_CHOICES,
         "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
     }

@@ -63,6 +63,20 @@ def test_retry_action_shows_the_plan_then_starts_it(
     assert superuser_client.get(started["Location"]).status_code == 200
 
 
+def test_retry_action_offers_no_start_when_none_of_the_selection_can_be_retried(superuser_client, queue_name):
+    ids = synthetic_dead_letters(queue=queue_name("orders"), count=1)
+    DeadLetter.objects.filter(pk__in=ids).update(status="replayed")
+
+    page = act(superuser_client, "retry_selected", ids).content.decode()
+    started = act(superuser_client, "retry_selected", ids, step="start", rate="", canary_size="0")
+
+    assert "Retry <strong>0</strong> of the 1 selected" in page
+    assert 'value="start"' not in page
+    assert started.status_code == 200
+    assert "Nothing was started: the plan holds no dead letter" in started.content.decode()
+    assert not Operation.objects.exists()
+
+
 def test_move_action_asks_for_a_target_and_warns_about_a_missing_queue(superuser_client, queue_name):
     ids = synthetic_dead_letters(queue="orders", count=2)
     missing = queue_name("missing")

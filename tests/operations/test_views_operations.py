@@ -754,3 +754,27 @@ def test_the_operation_page_prints_no_template_comment(operator: User) -> None:
     html = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
 
     assert "{#" not in html and "hx-preserve, so htmx keeps" not in html
+
+
+def test_a_plan_that_holds_no_dead_letter_cannot_be_started(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    # A replayed message, ticked on the messages page (which lists replayed ones) and sent to Retry: a retry does
+    # not act on it unless the filter asks for its status, so the plan holds nothing.
+    (replayed,) = many(1)
+    DeadLetter.objects.filter(pk=replayed.pk).update(status=DeadLetterStatus.REPLAYED)
+    operation = plan_operation(kind="retry", filter={"ids": [replayed.pk]}, actor=operator)
+    assert operation.total == 0
+    client = client_for(operator)
+
+    html = client.get(f"/operations/{operation.pk}/").content.decode()
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        started = client.post(f"/operations/{operation.pk}/start/", headers=HX)
+
+    assert "Nothing to do: none of the dead letters chosen is in a state a retry acts on." in html
+    assert re.search(r'<button type="submit" class="primary" disabled title="The plan holds no dead letter">', html)
+    assert started.status_code == 409
+    assert "Nothing was started: the plan holds no dead letter" in _feedback(started.content.decode())
+    assert enqueued == []
+    operation.refresh_from_db()
+    assert (operation.status, operation.started_at) == (OperationStatus.PLANNED, None)
