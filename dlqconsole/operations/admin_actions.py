@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
@@ -74,14 +75,14 @@ def confirm_operation(
         except (OperationError, PermissionDenied) as failure:
             error = str(failure)
         else:
-            messages.success(request, f"Started operation #{operation.pk}: {kind} of {operation.total:,} dead letters.")
+            messages.success(request, f"Started operation #{operation.pk}: {kind} of {_dead_letters(operation.total)}.")
             return HttpResponseRedirect(reverse("admin:operations_operation_change", args=[operation.pk]))
     if not form.is_bound or form.is_valid():
         plan, preview_error = preview_plan(kind=kind, ids=ids, actor=request.user, options=options)
         error = error or preview_error
     context = {
         **modeladmin.admin_site.each_context(request),
-        "title": f"{OperationKind(kind).label} {len(ids):,} selected dead letters",
+        "title": f"{OperationKind(kind).label} {len(ids):,} selected dead letter{pluralize(len(ids))}",
         "opts": modeladmin.model._meta,
         "kind": kind,
         "kind_label": OperationKind(kind).label,
@@ -94,6 +95,10 @@ def confirm_operation(
         "destructive": kind == OperationKind.PURGE,
     }
     return TemplateResponse(request, TEMPLATE, context)
+
+
+def _dead_letters(count: int) -> str:
+    return f"{count:,} dead letter{pluralize(count)}"
 
 
 def preview_plan(*, kind: str, ids: list[int], actor: Any, options: dict[str, Any]) -> tuple[Operation | None, str]:
