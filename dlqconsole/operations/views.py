@@ -7,6 +7,7 @@ fragment htmx asked for. Purge needs the admin role; every other kind the operat
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
 from typing import Any
@@ -286,6 +287,8 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "replan_url": _replan_url(operation) if planned else "",
         # An old snapshot: Start asks for a tick (checked on the server too).
         "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,
+        # timesince says "0 minutes" under a minute.
+        "fresh_plan": planned and timezone.now() - operation.created_at < dt.timedelta(minutes=1),
         "filter_text": "; ".join(
             f"{name} = {', '.join(map(str, value)) if isinstance(value, list) else value}"
             for name, value in (operation.filter or {}).items()
