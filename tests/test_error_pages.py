@@ -37,6 +37,18 @@ def test_bad_request_page_is_a_console_page(operator: User) -> None:
     assert "Bad request" in html and "Nothing was changed." in html and 'name="viewport"' in html
 
 
+def test_a_form_with_an_out_of_date_token_gets_a_console_page(operator: User) -> None:
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator)
+
+    response = strict.post("/patterns/merge/", {"csrfmiddlewaretoken": "x" * 64, "target": "1"})
+
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert "Form expired" in html and "Nothing was changed." in html
+    assert 'name="viewport"' in html and 'href="/patterns/"' in html
+
+
 def test_back_onto_the_merge_preview_goes_to_the_patterns_page(operator: User) -> None:
     response = client_for(operator).get("/patterns/merge/", follow=True)
 
