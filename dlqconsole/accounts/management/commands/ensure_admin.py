@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand
 
 class Command(BaseCommand):
     help = (
-        "Create the admin login if it does not exist. The password comes from DLQ_ADMIN_PASSWORD, or is generated "
-        "and written to var/admin-password.txt. Prints how to sign in."
+        "Create the admin login if it does not exist. The password comes from DLQ_ADMIN_PASSWORD (also applied to an "
+        "existing admin), or is generated; either is written to var/admin-password.txt. Prints how to sign in."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -26,12 +26,13 @@ class Command(BaseCommand):
         if user is None:
             password = os.environ.get("DLQ_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
             user = user_model.objects.create_superuser(username=username, email="", password=password)
-            password_file.write_text(password + "\n")
-            password_file.chmod(0o600)
+            self._remember(password_file, password)
         elif os.environ.get("DLQ_ADMIN_PASSWORD"):
             password = os.environ["DLQ_ADMIN_PASSWORD"]
             user.set_password(password)
             user.save(update_fields=["password"])
+            # The file is what the next run without DLQ_ADMIN_PASSWORD prints: it must not keep the old password.
+            self._remember(password_file, password)
         else:
             password = (
                 password_file.read_text().strip() if password_file.exists() else "(unchanged; see DLQ_ADMIN_PASSWORD)"
@@ -39,3 +40,8 @@ class Command(BaseCommand):
         group, _ = Group.objects.get_or_create(name="admin")
         user.groups.add(group)
         self.stdout.write(f"Sign in as {username!r} with password {password!r} (also in {password_file}).")
+
+    @staticmethod
+    def _remember(password_file: Any, password: str) -> None:
+        password_file.write_text(password + "\n")
+        password_file.chmod(0o600)
