@@ -131,7 +131,7 @@ def run_kind(command: BaseCommand, **options: Any) -> None:
         if options["dry_run"]:
             with transaction.atomic():
                 operation = plan_operation(**arguments)
-                write_plan(command, operation)
+                write_plan(command, operation, dry_run=True)
                 command.stdout.write("Dry run: nothing was changed.")
                 transaction.set_rollback(True)
             return
@@ -177,10 +177,12 @@ def run_control(command: BaseCommand, *, action: str, operation_id: int, **optio
         follow(command, operation)
 
 
-def write_plan(command: BaseCommand, operation: Operation) -> None:
+def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = False) -> None:
     write = command.stdout.write
     filter_text = ", ".join(f"{key}={value}" for key, value in operation.filter.items()) or "everything"
-    write(f"Operation #{operation.pk}: {operation.get_kind_display().lower()} {operation.total:,} dead letters")
+    # A dry run's plan is rolled back: it has no number anyone could look up.
+    name = "Plan (dry run)" if dry_run else f"Operation #{operation.pk}"
+    write(f"{name}: {operation.get_kind_display().lower()} {operation.total:,} dead letters")
     write(f"  filter: {filter_text}")
     if operation.target_display:
         write(f"  target: {operation.target_display}")

@@ -25,7 +25,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing():
 
     output = dlq("archive", "--queue", "orders.dlq", "--reason", "timeout", "--dry-run")
 
-    assert "archive 3 dead letters" in output
+    assert "Plan (dry run): archive 3 dead letters" in output and "Operation #" not in output
     assert "filter: queue=['orders.dlq'], reason=['TIMEOUT']" in output
     assert "by queue: orders.dlq 3" in output
     assert "Dry run: nothing was changed." in output

@@ -238,7 +238,7 @@ class FaultyShop:
 
     def summary(self) -> str:
         outcomes = ", ".join(f"{name} {n}" for name, n in sorted(self.outcomes.items())) or "none yet"
-        return f"sent {sum(self.emitted.values())} messages and tasks; consumer outcomes: {outcomes}"
+        return f"{sum(self.emitted.values()):,} sent (messages and Celery tasks); consumer outcomes: {outcomes}"
 
     def emit(self, count: int) -> None:
         for _ in range(count):
