@@ -72,3 +72,35 @@ document.addEventListener("submit", function (event) {
     box.scrollIntoView({block: "center"});
   }
 });
+// - a control sent by htmx that the server refuses (a form whose token expired, a role the user lacks, a server
+//   error) or that never reaches it: htmx swaps nothing on an error, so the click would seem to do nothing. The
+//   flash area says what happened, in the error page's own words when it has some. Refreshes that run by
+//   themselves stay quiet (the next one tries again).
+(function () {
+  function tell(text) {
+    var flash = document.getElementById("flash");
+    if (!flash) return;
+    var box = document.createElement("p");
+    box.className = "error-box";
+    box.setAttribute("role", "alert");
+    box.textContent = text;
+    flash.replaceChildren(box);
+    flash.scrollIntoView({block: "nearest"});
+  }
+  function clicked(event) {
+    var config = event.detail.requestConfig;
+    return Boolean(config && config.triggeringEvent);
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    if (!clicked(event)) return;
+    var xhr = event.detail.xhr;
+    var page = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
+    var said = page.querySelector("main .card p");
+    var reason = said ? said.textContent.trim() : "";
+    tell(reason || "The console refused this (HTTP " + xhr.status + "). Reload the page to see what was done.");
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    if (!clicked(event)) return;
+    tell("The console could not be reached, so this was not sent. Check the connection and try again.");
+  });
+})();
