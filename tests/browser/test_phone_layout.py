@@ -96,6 +96,15 @@ def build_world(admin: User) -> None:
     ingest(*letters)
     plan_operation(kind="move", filter={"queue": [LONG_QUEUE + ".dlq"]}, actor=admin, target_queue=LONG_QUEUE)
     plan_operation(kind="retry", filter={}, actor=admin, rate="2/1s")
+    # Finished ones with the longest labels of the operations list: a run cancelled part way (its Done cell says
+    # how many were skipped or not attempted) and a run whose every message failed.
+    now = timezone.now()
+    cancelled = plan_operation(kind="retry", filter={"queue": ["orders.dlq"]}, actor=admin, rate="1/1s")
+    Operation.objects.filter(pk=cancelled.pk).update(
+        status="cancelled", total=81, succeeded=5, skipped=76, started_at=now, finished_at=now
+    )
+    failed = plan_operation(kind="retry", filter={"queue": ["billing.dlq"]}, actor=admin, rate="1/1s")
+    Operation.objects.filter(pk=failed.pk).update(status="done", total=2, failed=2, started_at=now, finished_at=now)
     # Work queues under backpressure: the widest cells of the dashboard (an emergency without consumers).
     for name, depth, consumers in [(LONG_QUEUE, 120_000, 0), ("orders", 12, 3)]:
         WatchedQueue.objects.create(name=name, dead_letter_queue=name + ".dlq", dead_letter_exchange=name + ".dlx")
