@@ -332,3 +332,16 @@ def test_a_filter_select_on_the_messages_page_filters_at_once(page: Page, operat
     expect(page).to_have_url(re.compile(r"owner=none"))
     expect(summary).to_contain_text("2 active")
     assert not watched.page_errors
+
+
+def test_the_messages_table_shows_every_column_on_a_1366_px_laptop(page: Page, admin_user: User) -> None:
+    # The most common laptop width: the error column gives way (it clips), not the host column at the right.
+    build_world(admin_user)
+    log_in(page, admin_user)
+    page.set_viewport_size({"width": 1366, "height": 768})
+
+    page.goto("/messages/")
+    page.wait_for_load_state("networkidle")
+
+    report = overflow_report(page)
+    assert report["width"] <= 1366 and not any(report["scrolling"]), report
