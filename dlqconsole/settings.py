@@ -32,7 +32,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "dlqconsole.accounts.admin_apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -107,10 +107,12 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The sign-in throttle asks first and refuses a locked user name or address; ModelBackend checks passwords.
+# The sign-in throttle asks first and refuses a locked user name or address; ModelBackend checks passwords; the
+# roles answer the Django admin's permission questions (dlqconsole/accounts/admin_site.py).
 AUTHENTICATION_BACKENDS = [
     "dlqconsole.accounts.signin.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
+    "dlqconsole.accounts.admin_site.RolePermissionBackend",
 ]
 # After this many failed sign-ins within the window, for one user name from one address, from one address (an IPv6
 # /64), or for one user name from anywhere, sign-in there is refused for the lockout (see

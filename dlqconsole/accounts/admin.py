@@ -135,9 +135,10 @@ admin.site.unregister(Group)
 
 @admin.register(User)
 class UserAdmin(AuditedModelAdmin[User], DjangoUserAdmin):  # type: ignore[misc]
-    pass
+    # Who holds which role, with their e-mail addresses: admins only.
+    view_role = ADMIN
 
 
 @admin.register(Group)
 class GroupAdmin(AuditedModelAdmin[Group], DjangoGroupAdmin):
-    pass
+    view_role = ADMIN

@@ -30,7 +30,7 @@ from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the Fin
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body
 from dlqconsole.ingest.models import WatchedQueue
-from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS
+from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS, actions_allowed
 
 
 class CountCappedPaginator(Paginator):
@@ -190,6 +190,9 @@ class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     fieldsets = [(title, {"fields": tuple(fields)}) for title, fields in DEAD_LETTER_FIELDS]
     # Every field shown is read-only, the raw ones (headers, properties, x-death, body) included.
     readonly_fields = [name for _, fields in DEAD_LETTER_FIELDS for name in fields]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return actions_allowed(super().get_actions(request), request)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter], search_term: str

@@ -100,8 +100,9 @@ def test_an_operator_cannot_purge_from_the_admin(staff_operator_client):
     assert response.status_code == 302
     assert DeadLetter.objects.count() == 2
     assert not Operation.objects.exists()
+    # The action is not offered to an operator, so a forged request names an action Django does not know.
     messages = [str(message) for message in response.wsgi_request._messages]  # type: ignore[attr-defined]
-    assert messages == ["A purge needs the admin role."]
+    assert messages == ["No action selected."]
 
 
 def test_operations_can_be_paused_from_their_admin_and_items_are_listed(superuser_client):

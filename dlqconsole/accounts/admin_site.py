@@ -1,0 +1,48 @@
+"""The Django admin, entered by role.
+
+Every console role may sign in to the admin (`/admin/`), not only users with Django's staff flag: an on-call
+operator recovers by hand there, an admin manages retry policies, fingerprint rules and users there. What each role
+sees and changes is decided by the role, as on the console's pages: `AuditedModelAdmin` checks it for every model,
+and `RolePermissionBackend` answers Django's model-permission questions from it, so nobody has to keep per-user
+model permissions in step with the roles. Permissions granted by hand still add to a staff user's (ModelBackend),
+but never past what the role allows (AuditedModelAdmin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from dlqconsole.accounts.roles import ADMIN, role_of
+
+# The console's own apps: any role has Django's permissions on their models, and AuditedModelAdmin narrows them to
+# what the role may do (write_role, view_role).
+CONSOLE_APPS = frozenset({"accounts", "deadletters", "ingest", "operations", "alerts"})
+# Users and groups (the roles themselves): the admin role only.
+ADMIN_ONLY_APPS = frozenset({"auth"})
+
+
+class ConsoleAdminSite(admin.AdminSite):
+    site_header = "dlqconsole administration"
+    site_title = "dlqconsole admin"
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        user = request.user
+        return bool(user.is_active and (user.is_staff or role_of(user) is not None))
+
+
+class RolePermissionBackend:
+    """Django permissions from the console's roles (no sign-in: ModelBackend checks passwords)."""
+
+    def authenticate(self, request: HttpRequest | None, **credentials: Any) -> None:
+        return None
+
+    def has_module_perms(self, user_obj: Any, app_label: str) -> bool:
+        role = role_of(user_obj)
+        if role is None:
+            return False
+        return app_label in CONSOLE_APPS or (app_label in ADMIN_ONLY_APPS and role == ADMIN)
+
+    def has_perm(self, user_obj: Any, perm: str, obj: Any = None) -> bool:
+        return self.has_module_perms(user_obj, perm.partition(".")[0])

@@ -1,0 +1,104 @@
+"""The Django admin is entered by role, not by Django's staff flag: every console role signs in there, and what it
+sees and changes follows the role (viewer reads, operator triages patterns, admin configures and manages users),
+with no per-user model permissions to keep in step."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.deadletters.models import FailurePattern
+from dlqconsole.operations.models import RetryPolicy
+from tests.conftest import client_for
+from tests.deadletters.page_world import many
+
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
+
+
+def status(client: Client, name: str, *args: object) -> int:
+    return client.get(reverse(name, args=args)).status_code
+
+
+def test_an_admin_without_the_staff_flag_configures_and_manages_users(admin_user: User) -> None:
+    assert not admin_user.is_staff
+    client = client_for(admin_user)
+
+    assert status(client, "admin:index") == 200
+    assert status(client, "admin:auth_user_changelist") == 200
+    assert status(client, "admin:alerts_channel_changelist") == 200
+    response = client.post(
+        reverse("admin:operations_retrypolicy_add"),
+        {
+            "name": "orders timeouts",
+            "queue": "orders.dlq",
+            "delays": "60, 300",
+            "max_attempts": 3,
+            "enabled": "on",
+        },
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert RetryPolicy.objects.get(name="orders timeouts").delays == [60, 300]
+    assert AuditEntry.objects.filter(action="retrypolicy.add", actor=admin_user).exists()
+
+
+def test_an_operator_without_the_staff_flag_reads_and_triages_but_configures_nothing(operator: User) -> None:
+    pattern = FailurePattern.objects.get(pk=many(2, queue="orders")[0].pattern_id)
+    client = client_for(operator)
+
+    assert status(client, "admin:index") == 200
+    assert status(client, "admin:deadletters_deadletter_changelist") == 200
+    assert status(client, "admin:deadletters_failurepattern_change", pattern.pk) == 200
+    assert status(client, "admin:operations_retrypolicy_add") == 403
+    assert status(client, "admin:auth_user_changelist") == 403
+    assert status(client, "admin:alerts_channel_changelist") == 403
+
+
+def test_a_viewer_without_the_staff_flag_reads_only(viewer: User) -> None:
+    pattern = FailurePattern.objects.get(pk=many(1, queue="orders")[0].pattern_id)
+    client = client_for(viewer)
+
+    assert status(client, "admin:index") == 200
+    assert status(client, "admin:deadletters_deadletter_changelist") == 200
+    response = client.post(
+        reverse("admin:deadletters_failurepattern_change", args=[pattern.pk]), {"status": "ignored", "note": "x"}
+    )
+    assert response.status_code == 403
+    pattern.refresh_from_db()
+    assert pattern.status == "open"
+    assert status(client, "admin:alerts_alertrule_add") == 403
+    assert status(client, "admin:auth_user_changelist") == 403
+    assert status(client, "admin:auth_group_changelist") == 403
+
+
+def test_an_inactive_user_or_nobody_is_sent_to_the_admin_login(viewer: User) -> None:
+    viewer.is_active = False
+    viewer.save()
+
+    for client in (Client(), client_for(viewer)):
+        response = client.get(reverse("admin:index"))
+        assert response.status_code == 302 and response["Location"].startswith(reverse("admin:login"))
+
+
+@pytest.mark.parametrize(
+    ("role", "offered"),
+    [
+        ("viewer", []),
+        ("operator", ["retry_selected", "move_selected", "archive_selected", "restore_selected"]),
+        ("admin", ["retry_selected", "move_selected", "archive_selected", "restore_selected", "purge_selected"]),
+    ],
+)
+def test_the_dead_letter_actions_offered_follow_the_role(
+    role: str, offered: list[str], viewer: User, operator: User, admin_user: User
+) -> None:
+    many(1, queue="orders")
+    user = {"viewer": viewer, "operator": operator, "admin": admin_user}[role]
+
+    html = client_for(user).get(reverse("admin:deadletters_deadletter_changelist")).content.decode()
+
+    assert re.findall(r'<option value="([a-z_]+_selected)"', html) == offered
