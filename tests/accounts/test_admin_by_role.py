@@ -102,3 +102,9 @@ def test_the_dead_letter_actions_offered_follow_the_role(
     html = client_for(user).get(reverse("admin:deadletters_deadletter_changelist")).content.decode()
 
     assert re.findall(r'<option value="([a-z_]+_selected)"', html) == offered
+
+
+def test_every_role_finds_the_admin_in_the_console_navigation(viewer: User) -> None:
+    html = client_for(viewer).get("/").content.decode()
+
+    assert f'<a href="{reverse("admin:index")}">Admin</a>' in html
