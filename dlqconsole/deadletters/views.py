@@ -829,13 +829,20 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
         return redirect("deadletters:patterns")
     back_url = _back(request, reverse("deadletters:patterns"))
     try:
-        target_id = int(request.POST.get("target", "").strip().lstrip("#"))
         chosen = {
             int(token.lstrip("#"))
             for value in request.POST.getlist("sources")
             for token in re.split(r"[\s,;]+", value)
             if token.lstrip("#")
         }
+        typed = request.POST.get("target", "").strip().lstrip("#")
+        # No target chosen: the ticked pattern with the most dead letters (its template, triage and history stay).
+        busiest = (
+            FailurePattern.objects.filter(pk__in=chosen).order_by("-total_count", "pk").values_list("pk", flat=True)
+        )
+        target_id = int(typed) if typed else busiest.first()
+        if target_id is None:
+            raise ValueError("no target")
     except ValueError:
         messages.error(request, "Choose the patterns to merge (pattern numbers) and the one to merge them into.")
         return redirect(back_url)

@@ -158,6 +158,33 @@ def test_operator_merges_patterns_after_a_preview_and_the_counters_follow(operat
     assert AuditEntry.objects.get(action="pattern.merge").count == 2
 
 
+def test_without_a_chosen_target_the_busiest_ticked_pattern_is_the_target(operator: User) -> None:
+    small = FailurePattern.objects.get(pk=many(1, error="user alice not found", error_type="LookupError")[0].pattern_id)
+    busy = FailurePattern.objects.get(pk=many(3, error="card declined", error_type="CardError")[0].pattern_id)
+    client = client_for(operator)
+
+    page = client.post("/patterns/merge/", {"target": "", "sources": [small.pk, busy.pk]}).content.decode()
+
+    assert f'name="target" value="{busy.pk}" checked' in page
+    assert f"Merge into #{busy.pk}" in page
+    listing = client.get("/patterns/").content.decode()
+    assert '<option value="">the ticked one with the most dead letters</option>' in listing
+
+
+def test_the_preview_is_made_again_for_another_target_before_anything_merges(operator: User) -> None:
+    first = FailurePattern.objects.get(pk=many(2, error="user alice not found", error_type="LookupError")[0].pattern_id)
+    second = FailurePattern.objects.get(pk=many(1, error="card declined", error_type="CardError")[0].pattern_id)
+    client = client_for(operator)
+    both = [first.pk, second.pk]
+
+    again = client.post("/patterns/merge/", {"target": second.pk, "sources": both, "action": "preview"})
+
+    page = again.content.decode()
+    assert again.status_code == 200 and f"Merge into #{second.pk}" in page
+    assert "(2 in all)" in page  # first's two dead letters would move
+    assert FailurePattern.objects.get(pk=first.pk).merged_into_id is None
+
+
 def test_merge_preview_lets_the_operator_choose_another_target_and_reads_typed_numbers(operator: User) -> None:
     first = FailurePattern.objects.get(pk=many(1, error="disk full on <b>db-1</b>")[0].pattern_id)
     second = FailurePattern.objects.get(pk=many(2, error="no space left on device")[0].pattern_id)
