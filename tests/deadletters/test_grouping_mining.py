@@ -348,3 +348,16 @@ def test_comparing_pairs_directly_finds_the_same_groups_as_hashing_every_cut(
         pairwise = generalize_all(templates)
 
     assert pairwise == through_buckets
+
+
+def test_words_that_say_what_happened_stay_apart_even_after_a_noun_that_names_a_thing() -> None:
+    # After "instance" or "job" a name varies from two values, but "spawned" / "destroyed" are different events.
+    result = mined(
+        "Instance spawned successfully.",
+        "Instance destroyed successfully.",
+        "job started on worker",
+        "job failed on worker",
+    )
+
+    assert len(set(result.values())) == 4
+    assert set(mined("user alice not found", "user bob not found").values()) == {"user <*> not found"}

@@ -166,7 +166,11 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         return False
     before = _before(form, position)
     after = _after(form, position)
-    if (
+    if not any(_is_data(value) for value in values) and all(PARTICIPLE.fullmatch(value.strip()) for value in values):
+        # Words that say what happened are different events even after a noun that names a thing: "Instance
+        # spawned" / "Instance destroyed", "job started" / "job failed" are not one pattern with a name varying.
+        needed = ENUM_VALUES
+    elif (
         before in ENTITY_NOUNS
         or after in ENTITY_NOUNS
         or any(_is_data(value) for value in values)
