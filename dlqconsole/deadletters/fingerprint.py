@@ -55,6 +55,9 @@ DATETIME = re.compile(
 IPV6 = re.compile(r"(?<![\w:])\[?(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{1,4}\]?(?::\d{1,5})?(?![\w:])", re.I)
 # What every IPv6 address contains (its last two groups): much cheaper to look for than the address itself.
 IPV6_HINT = re.compile(r":[0-9a-f]{0,4}:[0-9a-f]", re.I)
+# Colon-separated hex pairs longer than an IPv6 address can be (MD5 key fingerprints, hardware serials): one value.
+# Six to eight pairs (a MAC address) already read as an address, <IP>.
+HEX_PAIRS = re.compile(r"(?<![\w:])(?:[0-9a-f]{2}:){8,}[0-9a-f]{2}(?![\w:])", re.I)
 
 # One token: a URL that masking kept, a placeholder, a quoted value of up to four words (so a free-text value
 # does not change the token count; a longer quotation is a nested message, cut up like the rest), a word, or a
@@ -203,6 +206,8 @@ def _premask(message: str) -> str:
         text = UNIX_PATH.sub("<PATH>", text)
     if TIME_HINT.search(text) or DATE_HINT.search(text):
         text = DATETIME.sub("<DATETIME>", text)
+    if text.count(":") >= 8:
+        text = HEX_PAIRS.sub("<HEX>", text)
     if ("::" in text or text.count(":") >= 4) and IPV6_HINT.search(text):
         text = IPV6.sub("<IP>", text)
     return text

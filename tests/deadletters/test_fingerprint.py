@@ -285,3 +285,19 @@ def test_only_a_type_name_is_split_off_as_the_error_type() -> None:
         "System.Net.Http.HttpRequestException",
         "503",
     )
+
+
+def test_long_colon_separated_hex_is_one_value_and_a_mac_address_stays_an_address() -> None:
+    # Key fingerprints and serials longer than an IPv6 address were masked piece by piece, differently each time.
+    first = fingerprint(
+        error_type="HostKeyError",
+        message="host key fingerprint 16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48 mismatch",
+    )
+    second = fingerprint(
+        error_type="HostKeyError",
+        message="host key fingerprint 9f:01:e2:23:00:0d:60:e9:1d:dc:ff:f2:9f:15:7b:e0 mismatch",
+    )
+
+    assert first.template == "host key fingerprint <HEX> mismatch"
+    assert first.key == second.key
+    assert "".join(tokenize("link up on 00:1A:2B:3C:4D:5E")) == "link up on <IP>"
