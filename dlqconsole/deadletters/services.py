@@ -109,7 +109,7 @@ def set_pattern_status(
             actor=actor,
             action="pattern.status",
             target=f"pattern #{locked.pk}",
-            detail=f"{previous} -> {status}" + (f": {note}" if note else ""),
+            detail=f"{previous} → {status}" + (f": {note}" if note else ""),
         )
     return locked
 
@@ -148,7 +148,7 @@ def _change_owner_or_note(
         if change_owner and locked.owner_id != (owner.pk if owner is not None else None):
             before = locked.owner.get_username() if locked.owner is not None else "nobody"
             after = owner.get_username() if owner is not None else "nobody"
-            changes.append(f"owner {before} -> {after}")
+            changes.append(f"owner {before} → {after}")
             locked.owner = owner
         if note is not None and note != locked.note:
             changes.append("note changed")

@@ -67,9 +67,9 @@ def test_owner_and_note_are_set_and_recorded(timeout_pattern: FailurePattern, op
         timeout_pattern.events.filter(kind=PatternEvent.Kind.NOTE).order_by("id").values_list("detail", flat=True)
     )
     assert details == [
-        "owner nobody -> otto-operator; note changed",
+        "owner nobody → otto-operator; note changed",
         "note changed",
-        "owner otto-operator -> nobody",
+        "owner otto-operator → nobody",
     ]
     assert AuditEntry.objects.filter(action="pattern.assign").count() == 3
 
