@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
@@ -307,6 +308,13 @@ def on_login_failed(
         if request is not None:
             request.login_refusal = refusal_message(lock)  # type: ignore[attr-defined]
     _record_anonymous(action="accounts.login.failed", target=target, detail=detail)
+
+
+def on_logged_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
+    """user_logged_out: the login page the browser lands on says so (the message outlives the session, which is
+    flushed next, in its cookie)."""
+    if request is not None and user is not None:
+        messages.info(request, "Signed out.")
 
 
 def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import reverse
+
+from tests.conftest import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -48,4 +51,14 @@ def test_sign_out_is_a_post_and_ends_the_session(client: Client, operator: User)
 
     assert "otto-operator · operator" in client.get("/").content.decode()
     assert client.post("/logout/").status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_signing_out_lands_on_the_login_page_saying_so(viewer: User) -> None:
+    client = client_for(viewer)
+
+    response = client.post(reverse("logout"), follow=True)
+
+    assert response.redirect_chain[-1][0] == reverse("login")
+    assert "Signed out." in response.content.decode()
     assert client.get("/").status_code == 302
