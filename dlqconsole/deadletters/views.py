@@ -855,7 +855,10 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
     if not sources:
         messages.error(request, "Tick at least one pattern other than the target.")
         return redirect(back_url)
-    if request.POST.get("action") != "merge":
+    # The preview's Merge button names the target it was made for: a target chosen on the page since is previewed
+    # first (its count and warnings were never shown), not merged into.
+    previewed = request.POST.get("previewed", "")
+    if request.POST.get("action") != "merge" or (previewed and previewed != str(target.pk)):
         blocked = [pattern for pattern in [target, *sources] if pattern.merged_into_id is not None]
         context = {
             "target": target,

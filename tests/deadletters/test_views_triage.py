@@ -364,3 +364,24 @@ def test_a_chain_of_merges_is_followed_to_its_end_whatever_way_the_number_is_wri
 
     assert f'Pattern #{first.pk} was merged into <a href="/patterns/{last.pk}/">#{last.pk}</a>' in page
     assert f'href="?pattern={last.pk}"' in page
+
+
+def test_merge_after_choosing_another_target_on_the_preview_previews_that_target_first(operator: User) -> None:
+    # The preview's Merge button names the previewed target and its warnings are for it: a target chosen on the
+    # page after the preview is previewed first, never merged into unseen.
+    first = FailurePattern.objects.get(pk=many(2, error="user alice not found", error_type="LookupError")[0].pattern_id)
+    second = FailurePattern.objects.get(pk=many(1, error="card declined", error_type="CardError")[0].pattern_id)
+    client = client_for(operator)
+    both = [first.pk, second.pk]
+    preview = client.post("/patterns/merge/", {"target": first.pk, "sources": both}).content.decode()
+    assert f'name="previewed" value="{first.pk}"' in preview
+
+    response = client.post(
+        "/patterns/merge/", {"target": second.pk, "sources": both, "previewed": first.pk, "action": "merge"}
+    )
+
+    page = response.content.decode()
+    assert response.status_code == 200 and f"Merge into #{second.pk}" in page
+    assert f'name="previewed" value="{second.pk}"' in page
+    assert FailurePattern.objects.get(pk=first.pk).merged_into_id is None
+    assert FailurePattern.objects.get(pk=second.pk).merged_into_id is None
