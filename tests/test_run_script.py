@@ -1,0 +1,98 @@
+"""scripts/run (`make run`) reads .env before its set-up: run in a scratch copy of the checkout whose manage.py and
+honcho only print what they were given, so nothing is migrated or started."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PRINT_ENV = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n"
+
+
+def checkout(tmp_path: Path, dotenv: bytes) -> Path:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "run", tmp_path / "scripts" / "run")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    # The checkout's own Python (honcho is installed there), under the name scripts/run puts first on PATH.
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "honcho").write_text(f"#!{sys.executable}\n{PRINT_ENV}")
+    for tool in (bin_dir / "python", bin_dir / "honcho"):
+        tool.chmod(0o755)
+    (tmp_path / "manage.py").write_text(PRINT_ENV)
+    (tmp_path / ".env").write_bytes(dotenv)
+    return tmp_path
+
+
+def run(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ["PATH"], "HOME": str(root), "DATABASE_URL": "sqlite:///unused.sqlite3"}
+    return subprocess.run(
+        [str(root / "scripts" / "run")], env={**base, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def started_with(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout.strip().splitlines()[-1])
+    assert last["argv"][:1] == ["start"]
+    return last["env"]
+
+
+def test_env_values_with_spaces_dollars_and_quotes_reach_the_processes_as_written(tmp_path: Path) -> None:
+    root = checkout(
+        tmp_path,
+        b'DEFAULT_FROM_EMAIL="DLQ console <dlq@example.com>"\n'
+        b"EMAIL_HOST_PASSWORD='pa$$ \"word\" `x` $(y)'\n"
+        b"PORT=9123\n"
+        b"TIME_ZONE=Europe/Berlin\n",
+    )
+
+    env = started_with(run(root, TIME_ZONE="UTC"))
+
+    assert env["DEFAULT_FROM_EMAIL"] == "DLQ console <dlq@example.com>"
+    assert env["EMAIL_HOST_PASSWORD"] == 'pa$$ "word" `x` $(y)'
+    assert env["PORT"] == "9123"
+    assert env["TIME_ZONE"] == "UTC"  # the shell wins
+    assert env["BIND"] == "127.0.0.1" and len(env["SECRET_KEY"]) > 40
+
+
+def test_a_line_whose_name_is_no_shell_variable_is_left_out_not_fatal(tmp_path: Path) -> None:
+    root = checkout(tmp_path, "PORT=9124\nNAMEÉ=1\n".encode())
+
+    env = started_with(run(root))
+
+    assert env["PORT"] == "9124"
+
+
+def test_an_env_file_that_cannot_be_read_stops_the_run_before_the_set_up(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"BIND=0.0.0.0\nDEFAULT_FROM_EMAIL=caf\xe9@example.com\n")
+
+    result = run(root)
+
+    assert result.returncode != 0
+    assert "migrate" not in result.stdout
+
+
+def test_with_env_example_as_env_make_run_still_creates_its_local_database(tmp_path: Path) -> None:
+    # `.env.example` says make run reads it as .env: copied as it is, it must not name a database that nobody
+    # creates (make run creates `dlqconsole` only when DATABASE_URL is unset). psql here only records its calls.
+    root = checkout(tmp_path, (ROOT / ".env.example").read_bytes())
+    psql = root / ".venv" / "bin" / "psql"
+    psql.write_text(f'#!/bin/sh\necho "$*" >> "{root}/psql-calls"\n')
+    psql.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "HOME": str(root)}
+
+    result = subprocess.run(
+        [str(root / "scripts" / "run")], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+    started = started_with(result)
+    if started["DATABASE_URL"].startswith("postgres"):  # PostgreSQL answers on this machine
+        assert "CREATE DATABASE dlqconsole" in (root / "psql-calls").read_text()
+    else:
+        assert "DATABASE_URL" not in started
