@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from dlqconsole.accounts.roles import ADMIN, role_of
 
@@ -30,6 +31,21 @@ class ConsoleAdminSite(admin.AdminSite):
     def has_permission(self, request: HttpRequest) -> bool:
         user = request.user
         return bool(user.is_active and (user.is_staff or role_of(user) is not None))
+
+    def password_change(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        """Every role reaches this page now: a password changed here gets its audit row, like every operation."""
+        from dlqconsole.accounts.services import record_audit
+
+        response = super().password_change(request, extra_context)
+        # The view redirects only after it saved the new password; a refused form is shown again (200).
+        if request.method == "POST" and response.status_code == 302:
+            record_audit(
+                actor=request.user,
+                action="accounts.password.change",
+                target=f"user:{request.user.get_username()}",
+                detail="changed in the admin",
+            )
+        return response
 
 
 class RolePermissionBackend:

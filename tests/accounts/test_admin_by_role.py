@@ -108,3 +108,24 @@ def test_every_role_finds_the_admin_in_the_console_navigation(viewer: User) -> N
     html = client_for(viewer).get("/").content.decode()
 
     assert f'<a href="{reverse("admin:index")}">Admin</a>' in html
+
+
+def test_a_password_changed_in_the_admin_is_audited(viewer: User) -> None:
+    # Every role now reaches the admin's own password change page: the change is an operation like any other.
+    viewer.set_password("old-pass-123")
+    viewer.save()
+    client = client_for(viewer)
+
+    response = client.post(
+        reverse("admin:password_change"),
+        {"old_password": "old-pass-123", "new_password1": "n3w-pass-456!", "new_password2": "n3w-pass-456!"},
+    )
+    refused = client.post(
+        reverse("admin:password_change"),
+        {"old_password": "wrong", "new_password1": "an0ther-pass!", "new_password2": "an0ther-pass!"},
+    )
+
+    assert response.status_code == 302 and refused.status_code == 200
+    entry = AuditEntry.objects.get(action="accounts.password.change")
+    assert (entry.actor, entry.target) == (viewer, f"user:{viewer.username}")
+    assert "n3w-pass" not in entry.detail
