@@ -2,7 +2,7 @@
 
 Counts come from the counters (DeadLetterCount, FailurePattern.total_count, ArrivalCount, PatternArrivalCount),
 never from COUNT(*) over the dead letters. The only reads of dead letters here are single-row index probes (oldest
-and newest parked per queue) or bounded ones (the ids that start each bucket of time).
+and newest parked per queue).
 """
 
 from __future__ import annotations

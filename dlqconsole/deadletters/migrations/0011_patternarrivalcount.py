@@ -20,10 +20,12 @@ def count_past_arrivals(apps: Any, schema_editor: Any) -> None:
     DeadLetter = apps.get_model("deadletters", "DeadLetter")
     PatternArrivalCount = apps.get_model("deadletters", "PatternArrivalCount")
     statuses = [value for value, _ in DeadLetter._meta.get_field("status").choices]
+    # From the start of an hour: a first hour counted in part would be lowered below its true count by a move.
+    start = (timezone.now() - RETENTION).replace(minute=0, second=0, microsecond=0)
     # By status and time, so the (status, ingested_at) index bounds the read to the window.
     hours = (
         DeadLetter.objects.using(schema_editor.connection.alias)
-        .filter(status__in=statuses, ingested_at__gte=timezone.now() - RETENTION, pattern__isnull=False)
+        .filter(status__in=statuses, ingested_at__gte=start, pattern__isnull=False)
         .annotate(hour=TruncHour("ingested_at", tzinfo=dt.UTC))
         .values_list("hour", "pattern_id")
         .annotate(n=Count("id"))
