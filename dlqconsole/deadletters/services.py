@@ -407,6 +407,31 @@ def _validate_match(*, regex: str, header: str) -> None:
             re.compile(regex)
         except re.error as problem:
             raise PatternError(f"The regular expression does not compile: {problem}.") from None
+        _refuse_catastrophic(regex)
+
+
+# Texts on which an expression that backtracks without end (overlapping alternatives repeated, (a|aa)+$) runs out of
+# time: a long run of one kind of character that does not end the way the expression wants. (The regex module
+# answers some classic ones, (x+x+)+y, at once; those pass.)
+BACKTRACKING_PROBES = tuple(character * 40 + end for character in "ax1 .-_/" for end in ("!", "\n"))
+
+
+def _refuse_catastrophic(expression: str) -> None:
+    """Refuse, when it is saved, an expression that a search bounds only by its timeout: at ingest every message
+    it meets would cost up to two timeouts (MATCH_TIMEOUT each), and it would match by the clock, not the text."""
+    from dlqconsole.deadletters.grouping.rules import MATCH_TIMEOUT, RuleTooSlowError, compile_rule, search
+
+    rule = compile_rule(FingerprintRule(name="probe", regex=expression))
+    for probe in BACKTRACKING_PROBES:
+        try:
+            search(rule, probe, strict=True)
+        except RuleTooSlowError:
+            shown = repr(probe[:1] * 3 + "…" + probe[-1])
+            raise PatternError(
+                f"The regular expression backtracks without end on a text like {shown} (one search took over "
+                f"{MATCH_TIMEOUT * 1000:.0f} ms): make it simpler, without repeated alternatives that overlap such as "
+                "(a|aa)+."
+            ) from None
 
 
 def ensure_rule_pattern(
