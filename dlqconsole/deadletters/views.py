@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 from uuid import uuid4
 
 from django.conf import settings
@@ -716,7 +716,15 @@ def _pattern_fragment(
     row = selectors.PatternSummary(
         pattern=pattern, parked=counts.get(pattern.pk, 0), queues=queues.get(pattern.pk, []), trend=trend[pattern.pk]
     )
-    context = {"row": row, "pattern_actions": PATTERN_ACTIONS, "back_url": back_url, **_row_paths()}
+    # The table's sort decides which columns a laptop screen shows: the row keeps the table's columns.
+    sort = parse_qs(urlsplit(back_url).query).get("sort", [""])[0]
+    context = {
+        "row": row,
+        "pattern_actions": PATTERN_ACTIONS,
+        "back_url": back_url,
+        "chosen": {"sort": sort if sort in PATTERN_SORTS else "waiting"},
+        **_row_paths(),
+    }
     return render(request, "deadletters/patterns.html#row", context)
 
 

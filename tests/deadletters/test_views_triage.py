@@ -53,6 +53,26 @@ def test_operator_acknowledges_from_the_table_and_gets_the_row_back(operator: Us
     assert AuditEntry.objects.filter(action="pattern.status", actor=operator).exists()
 
 
+def test_sorting_by_total_or_first_seen_shows_that_column_on_a_laptop_and_a_row_sent_back_keeps_it(
+    operator: User,
+) -> None:
+    (stored,) = many(1)
+    client = client_for(operator)
+
+    by_waiting = client.get("/patterns/").content.decode()
+    by_total = client.get("/patterns/?sort=total").content.decode()
+    row = client.post(
+        f"/patterns/{stored.pattern_id}/status/",
+        {"status": "acknowledged", "fragment": "row", "next": "/patterns/?sort=total"},
+        headers=HX,
+    ).content.decode()
+
+    assert '<th class="num hide-sm hide-md">Total</th>' in by_waiting
+    assert '<th class="num hide-sm">Total</th>' in by_total
+    assert '<td class="num hide-sm muted small">' in row and '<td class="num hide-sm hide-md' not in row
+    assert '<th class="hide-sm">First seen</th>' in client.get("/patterns/?sort=oldest").content.decode()
+
+
 def test_status_change_without_javascript_redirects_back(operator: User) -> None:
     (stored,) = many(1)
 
