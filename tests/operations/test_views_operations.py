@@ -83,6 +83,17 @@ def test_plan_page_shows_the_filter_and_an_estimate_from_the_counters(operator: 
     assert 'name="rate"' in html and 'name="canary_size"' in html
 
 
+def test_plan_page_counts_ticked_rows_that_the_operation_would_take(operator: User) -> None:
+    letters = many(3)
+    DeadLetter.objects.filter(pk=letters[0].pk).update(status=DeadLetterStatus.REPLAYED)
+    ids = "&".join(f"ids={letter.pk}" for letter in letters)
+
+    html = client_for(operator).get(f"/operations/plan/?kind=retry&{ids}").content.decode()
+
+    # The replayed one is not retried unless the filter asks for replayed dead letters.
+    assert "2 dead letters now" in html and "counted when the plan is made" not in html
+
+
 def test_plan_page_starts_from_the_default_rate_and_a_cleared_rate_means_no_limit(operator: User) -> None:
     letters = many(4)
     client = client_for(operator)
