@@ -53,7 +53,7 @@ class DeadLetterStatus(models.TextChoices):
     REPLAYED = "replayed", "Replayed"
     MOVED = "moved", "Moved"
     ARCHIVED = "archived", "Archived"
-    FAILED = "failed", "Replay failed"
+    FAILED = "failed", "Publish failed"  # a retry or a move the broker refused or could not route
 
 
 class PatternStatus(models.TextChoices):
