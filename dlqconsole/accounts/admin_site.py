@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
@@ -24,13 +27,34 @@ CONSOLE_APPS = frozenset({"accounts", "deadletters", "ingest", "operations", "al
 ADMIN_ONLY_APPS = frozenset({"auth"})
 
 
+def may_enter(user: Any) -> bool:
+    return bool(user.is_active and (user.is_staff or role_of(user) is not None))
+
+
+class ConsoleAdminAuthenticationForm(AdminAuthenticationForm):
+    """The admin's login form lets in whom the site lets in: Django's own refuses everyone without the staff flag,
+    so a console role whose session ran out on an admin page could not sign in again there."""
+
+    # Django's admin asks for "a staff account"; any console role signs in here.
+    error_messages = AuthenticationForm.error_messages
+
+    def confirm_login_allowed(self, user: Any) -> None:
+        AuthenticationForm.confirm_login_allowed(self, user)
+        if not may_enter(user):
+            raise ValidationError(
+                self.error_messages["invalid_login"],
+                code="invalid_login",
+                params={"username": self.username_field.verbose_name},
+            )
+
+
 class ConsoleAdminSite(admin.AdminSite):
     site_header = "dlqconsole administration"
     site_title = "dlqconsole admin"
+    login_form = ConsoleAdminAuthenticationForm
 
     def has_permission(self, request: HttpRequest) -> bool:
-        user = request.user
-        return bool(user.is_active and (user.is_staff or role_of(user) is not None))
+        return may_enter(request.user)
 
     def password_change(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """Every role reaches this page now: a password changed here gets its audit row, like every operation."""

@@ -76,6 +76,33 @@ def test_a_viewer_without_the_staff_flag_reads_only(viewer: User) -> None:
     assert status(client, "admin:auth_group_changelist") == 403
 
 
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_every_role_signs_in_on_the_admin_login_page(role: str, viewer: User, operator: User, admin_user: User) -> None:
+    # A session that expired on an admin page sends the user to /admin/login/: Django's own admin login form
+    # refuses anyone without the staff flag, which would lock every console role out there.
+    user = {"viewer": viewer, "operator": operator, "admin": admin_user}[role]
+    assert not user.is_staff
+    client = Client()
+
+    response = client.post(
+        reverse("admin:login") + "?next=" + reverse("admin:index"),
+        {"username": user.username, "password": "pw-" + user.username, "next": reverse("admin:index")},
+    )
+
+    assert response.status_code == 302 and response["Location"] == reverse("admin:index")
+    assert client.get(reverse("admin:index")).status_code == 200
+    assert AuditEntry.objects.filter(action="accounts.login", actor=user).exists()
+
+
+def test_the_admin_login_page_refuses_a_wrong_password_without_speaking_of_staff(viewer: User) -> None:
+    response = Client().post(reverse("admin:login"), {"username": viewer.username, "password": "wrong"})
+
+    assert response.status_code == 200
+    assert "_auth_user_id" not in response.wsgi_request.session
+    assert "correct username and password" in response.content.decode()
+    assert "staff" not in response.content.decode()
+
+
 def test_an_inactive_user_or_nobody_is_sent_to_the_admin_login(viewer: User) -> None:
     viewer.is_active = False
     viewer.save()
