@@ -70,7 +70,7 @@ def test_retry_action_offers_no_start_when_none_of_the_selection_can_be_retried(
     page = act(superuser_client, "retry_selected", ids).content.decode()
     started = act(superuser_client, "retry_selected", ids, step="start", rate="", canary_size="0")
 
-    assert "Retry <strong>0</strong> of the 1 selected dead letter\n" in page
+    assert "Retry <strong>0</strong> of the 1 selected dead letter to original queues." in page
     assert "<title>Retry 1 selected dead letter |" in page
     assert 'value="start"' not in page
     assert started.status_code == 200
