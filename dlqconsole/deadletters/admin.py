@@ -15,9 +15,10 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import ShowFacets
+from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
-from django.forms import ModelForm
+from django.db.models import Q, QuerySet
+from django.forms import ModelChoiceField, ModelForm
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import cached_property
@@ -25,7 +26,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
-from dlqconsole.accounts.roles import OPERATOR, has_role
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body
@@ -278,6 +279,15 @@ class FailurePatternForm(ModelForm[FailurePattern]):
         model = FailurePattern
         fields = ["status", "owner", "note"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Who may own a pattern, as on its console page: active operators and admins (and whoever owns it now). A
+        # plain select, not an autocomplete: that asks the user admin, which only admins may read.
+        may_own = Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]) | Q(pk=self.instance.owner_id)
+        owner = self.fields["owner"]
+        assert isinstance(owner, ModelChoiceField)
+        owner.queryset = get_user_model().objects.filter(may_own, is_active=True).distinct().order_by("username")
+
 
 @admin.register(FailurePattern)
 class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
@@ -301,7 +311,6 @@ class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
     search_fields = ["template", "error_type", "=key", "note"]
     list_select_related = ["owner"]
     ordering = ["-last_seen_at"]
-    autocomplete_fields = ["owner"]
     fields = [
         "template",
         "error_type",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pika
 import pytest
@@ -17,6 +18,7 @@ from dlqconsole.deadletters.models import DeadLetter, FailurePattern, PatternEve
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.ingest.services import ingest_batch
+from tests.conftest import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -262,6 +264,31 @@ def test_pattern_status_change_in_the_admin_goes_through_the_triage_service(
     # The triage service's audit row, not a second one from the admin.
     assert AuditEntry.objects.filter(action="pattern.status").count() == 1
     assert not AuditEntry.objects.filter(action__startswith="admin.").exists()
+
+
+def test_an_operator_picks_a_pattern_owner_in_the_admin_among_those_who_may_own_it(
+    operator: User, viewer: User, admin_user: User, letters: dict[str, DeadLetter]
+) -> None:
+    # The owner was an autocomplete over the user admin, which only admins may read: for an operator it answered
+    # 403 ("The results could not be loaded"). The choices are those of the console's pattern page instead.
+    pattern = letters["timeout"].pattern
+    client = client_for(operator)
+    url = reverse("admin:deadletters_failurepattern_change", args=[pattern.pk])
+
+    page = client.get(url).content.decode()
+    select = re.search(r'<select name="owner"[^>]*>(.*?)</select>', page, re.S)
+    assert select is not None
+    owners = re.findall(r'<option value="\d+"[^>]*>([^<]+)</option>', select.group(1))
+    refused = client.post(url, {"status": "open", "owner": str(viewer.pk), "note": ""})
+    taken = client.post(url, {"status": "open", "owner": str(operator.pk), "note": ""})
+
+    assert "autocomplete" not in select.group(0)
+    assert owners == [admin_user.username, operator.username]
+    assert refused.status_code == 200 and "Select a valid choice" in refused.content.decode()
+    assert taken.status_code == 302
+    pattern.refresh_from_db()
+    assert pattern.owner == operator
+    assert AuditEntry.objects.filter(action="pattern.assign", actor=operator).count() == 1
 
 
 def test_viewer_cannot_change_a_pattern_in_the_admin(client: Client, letters: dict[str, DeadLetter]) -> None:
