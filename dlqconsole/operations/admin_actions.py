@@ -71,7 +71,8 @@ def confirm_operation(
             # One transaction: a start that is refused leaves no plan behind (the page shows the plan again).
             with transaction.atomic():
                 operation = plan_operation(kind=kind, filter={"ids": ids}, actor=request.user, **options)
-                start_operation(operation=operation, actor=request.user)
+                # As on the operation page: a plan that could only mark every message failed is not started.
+                start_operation(operation=operation, actor=request.user, require_replayable=True)
         except (OperationError, PermissionDenied) as failure:
             error = str(failure)
         else:

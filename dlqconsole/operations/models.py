@@ -284,6 +284,13 @@ class Operation(models.Model):
         return self.kind in PUBLISHING_KINDS
 
     @property
+    def nothing_replayable(self) -> bool:
+        """A publishing plan none of whose messages can be replayed: starting it could only mark them all failed
+        (the operation page and the admin offer no Start; start_operation(require_replayable=True) refuses it)."""
+        reasons = self.unreplayable_reasons or {}
+        return self.publishes and 0 < self.total <= sum(int(count) for count in reasons.values())
+
+    @property
     def eta(self) -> dt.timedelta | None:
         """Time left: what is left of the canary's wait while it is watched, plus the rest of the messages at the
         rate limit when there is one (the pace so far would count pauses), else at the pace so far (not counting

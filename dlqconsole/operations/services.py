@@ -402,10 +402,9 @@ def _minutes(age: dt.timedelta) -> str:
 def _check_replayable(operation: Operation) -> None:
     """Refuse to start a publishing plan whose planning found that none of its messages can be replayed."""
     operation.refresh_from_db()
-    reasons = operation.unreplayable_reasons or {}
-    unreplayable = sum(int(count) for count in reasons.values())
-    if operation.kind not in PUBLISHING_KINDS or not operation.total or unreplayable < operation.total:
+    if not operation.nothing_replayable:
         return
+    reasons = operation.unreplayable_reasons or {}
     if operation.status != OperationStatus.PLANNED:
         return  # the start itself says why it cannot start
     why = "; ".join(str(reason) for reason in reasons)

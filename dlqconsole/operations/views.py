@@ -310,7 +310,7 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "unreplayable": sorted((operation.unreplayable_reasons or {}).items(), key=lambda item: -int(item[1])),
         "unreplayable_count": unreplayable_count,
         # Start could only mark every message failed: the button is disabled (and the server refuses it).
-        "nothing_replayable": operation.publishes and 0 < operation.total <= unreplayable_count,
+        "nothing_replayable": operation.nothing_replayable,
         # Nothing matched in a state the kind acts on: Start is disabled (and the server refuses it).
         "empty_plan": planned and operation.total == 0,
         "rate_choices": RATE_CHOICES,

@@ -90,6 +90,12 @@ def test_move_action_asks_for_a_target_and_warns_about_a_missing_queue(superuser
     assert "2 cannot be replayed" in html
     assert f"queue &#x27;{missing}&#x27; does not exist" in html
     assert not Operation.objects.exists()
+    # Nothing could be replayed: no Start, and a start sent anyway is refused and leaves no plan behind.
+    assert 'value="start"' not in html
+    forged = act(superuser_client, "move_selected", ids, step="start", target_queue=missing)
+    assert "Nothing was started" in forged.content.decode()
+    assert not Operation.objects.exists()
+    assert set(DeadLetter.objects.values_list("status", flat=True)) == {"parked"}
 
 
 def test_an_operator_cannot_purge_from_the_admin(staff_operator_client):
