@@ -78,7 +78,9 @@ class AuditedModelAdmin[ModelT: Model](admin.ModelAdmin[ModelT]):
 
     def log_change(self, request: HttpRequest, obj: ModelT, message: Any) -> LogEntry:
         entry = super().log_change(request, obj, message)
-        self._audit(request, [obj], verb="change", entry=entry)
+        # Saving a form without changing anything ("No fields changed.") changes nothing: no audit row.
+        if entry.change_message not in ("", "[]"):
+            self._audit(request, [obj], verb="change", entry=entry)
         return entry
 
     def log_deletions(self, request: HttpRequest, queryset: QuerySet[ModelT]) -> Any:

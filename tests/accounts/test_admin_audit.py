@@ -86,6 +86,17 @@ def test_adding_a_group_is_audited(root_client: Client) -> None:
     assert AuditEntry.objects.get(action="admin.auth.group.add").target == f"group:{group.pk}"
 
 
+def test_saving_a_group_without_a_change_writes_no_audit_row(root_client: Client) -> None:
+    group = Group.objects.create(name="auditors")
+
+    response = root_client.post(reverse("admin:auth_group_change", args=[group.pk]), {"name": "auditors"})
+    renamed = root_client.post(reverse("admin:auth_group_change", args=[group.pk]), {"name": "reviewers"})
+
+    assert response.status_code == renamed.status_code == 302
+    (entry,) = AuditEntry.objects.filter(action="admin.auth.group.change")  # the rename only
+    assert "reviewers" in entry.detail
+
+
 def test_editing_an_alert_rule_is_audited_with_what_changed(root_client: Client) -> None:
     rule = AlertRule.objects.get(name="Dead letters waiting")
 
