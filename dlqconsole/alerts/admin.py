@@ -2,16 +2,67 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN
-from dlqconsole.alerts.models import Alert, AlertRule, Channel, Notification
+from dlqconsole.alerts.models import PATTERN_SCOPED_KINDS, Alert, AlertRule, Channel, Notification, RuleKind
+
+
+def rule_problems(*, kind: str, threshold: float | None, pattern: Any, queue: str) -> list[tuple[str, str]]:
+    """(field, message) for a rule that would fire on nothing, or never: what the console's rule form refuses,
+    for the admin, whose form shows every field whatever the kind."""
+    problems: list[tuple[str, str]] = []
+    if kind == RuleKind.OLDEST_AGE and threshold is None:
+        problems.append(("threshold", "Required for this kind: how long the oldest dead letter may wait, in seconds."))
+    elif kind == RuleKind.DLQ_GROWTH and threshold is None:
+        problems.append(("threshold", "Required for this kind: how many new dead letters within the window alert."))
+    elif kind == RuleKind.QUEUE_DEPTH and threshold == 0:
+        problems.append(("threshold", "At least 1 (0 would fire on an empty queue); empty uses the queue's depths."))
+    if pattern is not None and queue:
+        problems.append(("queue", "Choose a queue or a pattern, not both."))
+    if pattern is not None and kind not in PATTERN_SCOPED_KINDS:
+        problems.append(("pattern", "This kind watches queues: leave the pattern empty."))
+    return problems
+
+
+class AlertRuleAdminForm(forms.ModelForm[AlertRule]):
+    class Meta:
+        model = AlertRule
+        fields = [
+            "name",
+            "kind",
+            "queue",
+            "pattern",
+            "threshold",
+            "window_seconds",
+            "for_seconds",
+            "severity",
+            "channels",
+            "cooldown_seconds",
+            "reminder_seconds",
+            "enabled",
+            "silenced_until",
+            "created_at",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for field, message in rule_problems(
+            kind=data.get("kind") or "",
+            threshold=data.get("threshold"),
+            pattern=data.get("pattern"),
+            queue=data.get("queue") or "",
+        ):
+            self.add_error(field, message)
+        return data
 
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(AuditedModelAdmin[AlertRule]):
+    form = AlertRuleAdminForm
     list_display = ["name", "kind", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
     list_filter = ["kind", "severity", "enabled"]
     search_fields = ["name", "queue"]

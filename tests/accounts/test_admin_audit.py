@@ -159,3 +159,35 @@ def test_deleting_one_and_bulk_deleting_several_are_audited_one_row_each(root_cl
     deleted = AuditEntry.objects.filter(action="admin.alerts.channel.delete")
     assert sorted(deleted.values_list("target", flat=True)) == [f"channel:{c.pk}" for c in (first, second, third)]
     assert {entry.detail for entry in deleted} == {"c0 (email)", "c1 (email)", "c2 (email)"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "threshold", "error"),
+    [
+        ("dlq_growth", "", "how many new dead letters within the window alert"),
+        ("oldest_age", "", "how long the oldest dead letter may wait"),
+        ("queue_depth", "0", "0 would fire on an empty queue"),
+    ],
+)
+def test_the_admin_refuses_a_rule_that_would_fire_on_nothing_or_never(
+    root_client: Client, kind: str, threshold: str, error: str
+) -> None:
+    response = root_client.post(
+        reverse("admin:alerts_alertrule_add"),
+        {
+            "name": "careless",
+            "kind": kind,
+            "queue": "",
+            "threshold": threshold,
+            "window_seconds": 60,
+            "for_seconds": 0,
+            "severity": "warning",
+            "cooldown_seconds": 0,
+            "reminder_seconds": 0,
+            "enabled": "on",
+            **CREATED,
+        },
+    )
+
+    assert response.status_code == 200 and error in response.content.decode()
+    assert not AlertRule.objects.filter(name="careless").exists()
