@@ -16,6 +16,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.options import ShowFacets
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.forms import ModelChoiceField, ModelForm
@@ -287,6 +288,16 @@ class FailurePatternForm(ModelForm[FailurePattern]):
         owner = self.fields["owner"]
         assert isinstance(owner, ModelChoiceField)
         owner.queryset = get_user_model().objects.filter(may_own, is_active=True).distinct().order_by("username")
+
+    def clean(self) -> dict[str, Any]:
+        # What the triage services would refuse is refused here, as a form error: refused after the form passed,
+        # the page showed the refusal beside Django's "changed successfully".
+        data = super().clean() or {}
+        if self.instance.merged_into_id is not None and self.changed_data:
+            raise ValidationError(
+                f"Pattern #{self.instance.pk} was merged into #{self.instance.merged_into_id}; triage that one."
+            )
+        return data
 
 
 @admin.register(FailurePattern)

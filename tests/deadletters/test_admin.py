@@ -349,3 +349,23 @@ def test_only_admins_edit_watched_queues(staff_client: Client) -> None:
     assert response.status_code == 403
     watched.refresh_from_db()
     assert watched.warning_depth == 50
+
+
+def test_a_merged_pattern_cannot_be_triaged_in_the_admin_and_no_success_is_claimed(
+    admin_client: Client, letters: dict[str, DeadLetter]
+) -> None:
+    from dlqconsole.deadletters.services import merge_patterns
+
+    source = letters["timeout"].pattern
+    target = next(letter.pattern for letter in letters.values() if letter.pattern_id != source.pk)
+    merge_patterns(sources=[source], target=target, actor=None)
+
+    response = admin_client.post(
+        reverse("admin:deadletters_failurepattern_change", args=[source.pk]), {"status": "ignored", "note": "x"}
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f"was merged into #{target.pk}; triage that one." in html and "changed successfully" not in html
+    source.refresh_from_db()
+    assert (source.status, source.note) == ("open", "")
