@@ -314,7 +314,7 @@ def on_logged_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs:
     """user_logged_out: the login page the browser lands on says so (the message outlives the session, which is
     flushed next, in its cookie)."""
     if request is not None and user is not None:
-        messages.info(request, "Signed out.")
+        messages.info(request, "Signed out.", fail_silently=True)  # a request without the message middleware
 
 
 def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:

@@ -3,6 +3,9 @@ flag: the confirmation page of a bulk action (our template) fits a phone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pika
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
@@ -16,8 +19,22 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 LONG_PATH_ERROR = "Customer 42 does not exist at orders/handlers.py:handle_order_created_with_reservation_and_pricing"
 
 
-def test_the_retry_confirmation_page_fits_a_phone(page: Page, operator: User, watched: Watched) -> None:
-    ingest(*(letter(queue="orders", error_type="CustomerDoesNotExist", error=LONG_PATH_ERROR) for _ in range(2)))
+def test_the_retry_confirmation_page_fits_a_phone(
+    page: Page,
+    operator: User,
+    watched: Watched,
+    amqp_connection: pika.BlockingConnection,
+    queue_name: Callable[[str], str],
+) -> None:
+    # Their queue exists, so the plan can replay them and the page offers Start.
+    work = queue_name("orders")
+    amqp_connection.channel().queue_declare(queue=work)
+    ingest(
+        *(
+            letter(queue=work, exchange="", routing_key=work, error_type="CustomerDoesNotExist", error=LONG_PATH_ERROR)
+            for _ in range(2)
+        )
+    )
     log_in(page, operator)
 
     page.goto("/admin/deadletters/deadletter/")
