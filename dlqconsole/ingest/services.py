@@ -400,18 +400,23 @@ def add_pattern_arrivals(changes: Sequence[tuple[int, dt.datetime, int]]) -> Non
             )
         return
     field = PatternArrivalCount._meta.get_field("hour")
+    _upsert_values(
+        table,
+        ("pattern_id", "hour", "count"),
+        [(pattern_id, field.get_db_prep_save(hour, connection), delta) for (pattern_id, hour), delta in rows],
+        upsert,
+    )
+
+
+def _upsert_values(table: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]], upsert: str) -> None:
+    """INSERT ... VALUES with `upsert`, a few hundred rows a statement, for databases without unnest (SQLite)."""
+    values = "(" + ", ".join(["%s"] * len(columns)) + ")"
     with connection.cursor() as cursor:
         for start in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[start : start + ROWS_PER_STATEMENT]
             cursor.execute(
-                f"INSERT INTO {table} (pattern_id, hour, count) VALUES "
-                + ", ".join(["(%s, %s, %s)"] * len(chunk))
-                + upsert,
-                [
-                    value
-                    for (pattern_id, hour), delta in chunk
-                    for value in (pattern_id, field.get_db_prep_save(hour, connection), delta)
-                ],
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join([values] * len(chunk)) + upsert,
+                [value for row in chunk for value in row],
             )
 
 
@@ -440,15 +445,9 @@ def _add_arrivals(inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None
             )
         return
     stamp = ArrivalCount._meta.get_field("minute").get_db_prep_save(minute, connection)
-    with connection.cursor() as cursor:
-        for start in range(0, len(queues), ROWS_PER_STATEMENT):
-            chunk = queues[start : start + ROWS_PER_STATEMENT]
-            cursor.execute(
-                f"INSERT INTO {table} (minute, source_queue, count) VALUES "
-                + ", ".join(["(%s, %s, %s)"] * len(chunk))
-                + upsert,
-                [value for queue in chunk for value in (stamp, queue, per_queue[queue])],
-            )
+    _upsert_values(
+        table, ("minute", "source_queue", "count"), [(stamp, queue, per_queue[queue]) for queue in queues], upsert
+    )
 
 
 def prune_arrival_counts(*, now: dt.datetime | None = None) -> int:
@@ -518,15 +517,12 @@ def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
                 [list(column) for column in columns],
             )
         return
-    with connection.cursor() as cursor:
-        for start in range(0, len(cells), ROWS_PER_STATEMENT):
-            chunk = cells[start : start + ROWS_PER_STATEMENT]
-            cursor.execute(
-                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) VALUES "
-                + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
-                + upsert,
-                [value for cell, delta in chunk for value in (*cell, delta)],
-            )
+    _upsert_values(
+        table,
+        ("source_queue", "pattern_id", "failure_reason", "status", "count"),
+        [(*cell, delta) for cell, delta in cells],
+        upsert,
+    )
 
 
 def reopen_patterns(*, pattern_ids: list[int], now: dt.datetime) -> None:
