@@ -173,6 +173,9 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
 REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", AMQP_URL)
+# RabbitMQ's management HTTP API, asked when planning whether a retry's exchange routes its key to any queue
+# (AMQP cannot tell): empty derives it from AMQP_URL (same host and login, port 15672); "off" skips the check.
+RABBITMQ_API_URL = env_str("RABBITMQ_API_URL", "")
 # Django's cache holds the sign-in throttle's counts: Redis when REDIS_URL is set, so every web process shares
 # them; without it each process counts on its own (local memory).
 CACHES = {

@@ -202,6 +202,8 @@ def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = Fa
         write(f"  cannot be replayed: {operation.unreplayable:,}")
         for reason, n in operation.unreplayable_reasons.items():
             write(f"    {n:>8,}  {reason}")
+    if operation.bindings_note:
+        write(f"  bindings: {operation.bindings_note}")
     if operation.last_error:
         write(f"  note: {operation.last_error}")
 

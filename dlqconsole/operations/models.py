@@ -364,6 +364,11 @@ class Operation(models.Model):
         ]
 
     @property
+    def bindings_note(self) -> str:
+        """Whether the plan checked that each destination exchange routes its key to a queue, and where."""
+        return str((self.breakdown or {}).get("bindings") or "")
+
+    @property
     def target_display(self) -> str:
         if self.target_queue:
             return f"queue {self.target_queue}"

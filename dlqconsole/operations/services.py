@@ -27,6 +27,7 @@ from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.services import add_counts
+from dlqconsole.operations import routing
 from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import Destination, check_destinations, move_destination, retry_destination
 from dlqconsole.operations.models import (
@@ -303,6 +304,9 @@ def _find_unreplayable(operation: Operation) -> None:
     except Exception as error:  # noqa: BLE001  (a plan is still useful without the broker's view)
         operation.last_error = f"could not check the destinations on RabbitMQ: {error}"[:2000]
         problems = {}
+    operation.breakdown["bindings"] = _check_bindings(
+        [destination for destination in groups if destination is not None and destination.exchange], problems
+    )
     # What the destination queues looked like when the plan was made: a queue nobody consumes, or one already
     # deep, is worth a second look (and a lower rate) before replaying into it.
     operation.breakdown["destination_queues"] = {
@@ -315,6 +319,24 @@ def _find_unreplayable(operation: Operation) -> None:
     operation.unreplayable_reasons = {reason: n for reason, n in reasons.most_common() if n}
     operation.unreplayable = sum(operation.unreplayable_reasons.values())
     operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error", "breakdown"])
+
+
+def _check_bindings(destinations: list[Destination], problems: dict[Destination, str]) -> str:
+    """Adds to `problems` the exchanges that route a destination's key to no queue, as the management API tells;
+    returns what the plan page says of it ("" when there was nothing to check)."""
+    to_check = [destination for destination in destinations if not problems.get(destination)]
+    if not to_check:
+        return ""
+    api = routing.api_from_settings()
+    if api is None:
+        return "not checked (RABBITMQ_API_URL is off)"
+    try:
+        found = routing.routing_problems({(d.exchange, d.routing_key) for d in to_check}, api=api)
+    except routing.RoutingUnknown as error:
+        return f"not checked: {error}"
+    for destination in to_check:
+        problems[destination] = found.get((destination.exchange, destination.routing_key), "")
+    return f"checked on {api}"
 
 
 def _describe(operation: Operation) -> str:
