@@ -3,10 +3,14 @@ queue: an exchange that exists but whose binding is gone would take the messages
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterator
+from urllib.parse import quote
 
 import pika
 import pytest
+import requests
 from django.test import Client
 
 from dlqconsole.operations import routing
@@ -227,3 +231,32 @@ def test_topic_matching_is_rabbitmqs(channel, queue_name, exchanges, pattern, ke
 )
 def test_the_api_is_derived_from_amqp_url_or_configured(amqp, configured, expected):
     assert api_from_urls(amqp_url=amqp, configured=configured) == expected
+
+
+def test_an_alternate_exchange_given_by_a_policy_counts_as_a_route(channel, queue_name, exchanges, operator):
+    orders, exchange, spare = queue_name("orders"), queue_name("ex"), queue_name("ae")
+    exchanges(spare, "fanout")
+    exchanges(exchange)
+    died_through(channel, orders, exchange, "k")
+    channel.queue_unbind(queue=orders, exchange=exchange, routing_key="k")
+    channel.queue_bind(queue=orders, exchange=spare)
+    api = api_from_settings()
+    assert api is not None
+    policy = api.base + "api/policies/%2F/" + quote(exchange, safe="")
+    body = {"pattern": f"^{re.escape(exchange)}$", "apply-to": "exchanges", "definition": {"alternate-exchange": spare}}
+    assert requests.put(policy, json=body, auth=api.auth, timeout=5).status_code in (201, 204)
+    try:
+        wait_for_policy(api, exchange, exchange)
+        assert plan(operator, orders).unreplayable == 0
+    finally:
+        requests.delete(policy, auth=api.auth, timeout=5)
+    wait_for_policy(api, exchange, None)
+    assert plan(operator, orders).unreplayable == 1
+
+
+def wait_for_policy(api: Api, exchange: str, name: str | None) -> None:
+    """Policies are applied (and lifted) a moment after the API call returns."""
+    deadline = time.monotonic() + 5
+    while (routing.RoutingChecker(api=api).exchange(exchange) or {}).get("policy") != name:
+        assert time.monotonic() < deadline, f"the policy on {exchange} did not become {name}"
+        time.sleep(0.1)
