@@ -46,11 +46,21 @@ class FingerprintRuleAdmin(AuditedModelAdmin[FingerprintRule]):
     # save_fingerprint_rule and delete_fingerprint_rule write the audit rows.
     writes_own_audit = True
     form = FingerprintRuleForm
-    list_display = ["name", "regex", "header", "scope", "rule_pattern", "position", "enabled", "updated_at"]
+    list_display = [
+        "name",
+        "regex",
+        "header",
+        "scope",
+        "rule_pattern",
+        "position",
+        "enabled",
+        "off_because",
+        "updated_at",
+    ]
     list_filter = ["enabled"]
     search_fields = ["name", "regex", "header"]
     raw_id_fields = ["scope"]
-    readonly_fields = ["rule_pattern", "created_by", "created_at", "updated_at"]
+    readonly_fields = ["disabled_reason", "rule_pattern", "created_by", "created_at", "updated_at"]
     ordering = ["position", "id"]
 
     @admin.display(description="pattern")
@@ -59,6 +69,12 @@ class FingerprintRuleAdmin(AuditedModelAdmin[FingerprintRule]):
             return "-"
         url = reverse("admin:deadletters_failurepattern_change", args=[obj.pattern_id])
         return format_html('<a href="{}">#{}</a>', url, obj.pattern_id)
+
+    @admin.display(description="disabled because")
+    def off_because(self, obj: FingerprintRule) -> str:
+        if obj.enabled or not obj.disabled_reason:
+            return "-"
+        return obj.disabled_reason[:140] + ("…" if len(obj.disabled_reason) > 140 else "")
 
     def has_view_permission(self, request: HttpRequest, obj: FingerprintRule | None = None) -> bool:
         return super().has_view_permission(request, obj) and has_role(request.user, OPERATOR)

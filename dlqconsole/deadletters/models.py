@@ -424,6 +424,9 @@ class FingerprintRule(models.Model):
     )
     position = models.IntegerField(default=100, help_text="Rules are tried from the lowest position up.")
     enabled = models.BooleanField(default=True)
+    # Why ingest turned the rule off by itself (its searches kept running out of time); cleared when a person
+    # enables it again.
+    disabled_reason = models.TextField(blank=True, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
     )

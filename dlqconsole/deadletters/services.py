@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import re
 import time
 from collections import Counter
@@ -54,6 +55,8 @@ from dlqconsole.deadletters.models import (
     PatternOrigin,
     PatternStatus,
 )
+
+logger = logging.getLogger(__name__)
 
 Actor = AbstractBaseUser | AnonymousUser | None
 # Dead letters are moved between patterns in chunks of this many rows, each chunk one UPDATE ... RETURNING.
@@ -482,6 +485,8 @@ def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.dateti
     with transaction.atomic():
         if creating and rule.created_by_id is None:
             rule.created_by = _user(actor)
+        if rule.enabled:
+            rule.disabled_reason = ""  # enabled again by a person, who has seen why it was off
         rule.updated_at = now
         rule.save()
         pattern = ensure_rule_pattern(rule=rule, now=now)
@@ -497,6 +502,21 @@ def save_fingerprint_rule(*, rule: FingerprintRule, actor: Actor, now: dt.dateti
             detail=f"{rule.name}: /{rule.regex}/{where}" + ("" if rule.enabled else " (disabled)"),
         )
     return rule
+
+
+def disable_slow_rule(*, rule_id: int, reason: str) -> bool:
+    """Turn off a rule whose searches keep running out of time at ingest (grouping.rules decides when), for every
+    process, with the reason on the rule and in the audit log. False when it was already off or is gone."""
+    with transaction.atomic():
+        changed = FingerprintRule.objects.filter(pk=rule_id, enabled=True).update(
+            enabled=False, disabled_reason=reason, updated_at=timezone.now()
+        )
+        if changed:
+            record_audit(actor=None, action="fingerprint_rule.disable", target=f"rule #{rule_id}", detail=reason)
+    _forget_rules()
+    if changed:
+        logger.error("Fingerprint rule #%s disabled: %s", rule_id, reason)
+    return bool(changed)
 
 
 def delete_fingerprint_rule(*, rule: FingerprintRule, actor: Actor) -> None:

@@ -8,6 +8,11 @@ Expressions are typed by operators (split rules) and admins, and Python's `re` c
 backtracks catastrophically (`(a|aa)+$`) on a long error text would hold an ingest process, or a web worker
 splitting a pattern, for good. Rules are therefore compiled with the `regex` module (the same syntax as `re`)
 and each search may take at most MATCH_TIMEOUT seconds; a search that runs out counts as no match, logged.
+
+The admin refuses, when it is saved, an expression that backtracks on the usual suspects, but one may still be
+slow only on real texts. A rule whose searches run out SLOW_LIMIT times within SLOW_WINDOW seconds in one process
+is therefore disabled for every process (after the batch commits), with the reason on the rule and in the audit
+log: each such search costs up to two timeouts per dead letter, and ingest must keep up.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import datetime as dt
 import logging
 import re
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import regex
+from django.db import transaction
 
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters.models import FingerprintRule
@@ -28,6 +35,10 @@ from dlqconsole.deadletters.models import FingerprintRule
 MAX_TEXT = 4000
 # The longest one search of one rule may take (seconds); an ordinary expression takes microseconds.
 MATCH_TIMEOUT = 0.05
+
+# A rule whose searches run out this many times within SLOW_WINDOW seconds (in one process) is disabled.
+SLOW_LIMIT = 3
+SLOW_WINDOW = 60.0
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +97,42 @@ def search(rule: CompiledRule, text: str, *, strict: bool = False) -> bool:
         logger.warning(
             "Fingerprint rule #%s took longer than %s s on a text and was taken as not matching", rule.id, MATCH_TIMEOUT
         )
+        _note_slow(rule, text)
         return False
+
+
+# Rule id → when its recent searches ran out (this process); rules already being disabled.
+_slow: dict[int, deque[float]] = {}
+_disabling: set[int] = set()
+_clock = time.monotonic
+
+
+def _note_slow(rule: CompiledRule, text: str) -> None:
+    """Count a search that ran out; at SLOW_LIMIT within SLOW_WINDOW, disable the rule once the current
+    transaction (the ingest batch) commits, or at once outside one."""
+    now = _clock()
+    times = _slow.setdefault(rule.id, deque(maxlen=SLOW_LIMIT))
+    times.append(now)
+    if len(times) < SLOW_LIMIT or now - times[0] > SLOW_WINDOW or rule.id in _disabling:
+        return
+    _disabling.add(rule.id)
+    excerpt = text[:120] + ("…" if len(text) > 120 else "")
+    reason = (
+        f"Disabled by ingest: searches of its expression ran past {MATCH_TIMEOUT * 1000:.0f} ms {SLOW_LIMIT} times "
+        f"within {SLOW_WINDOW:.0f} s (the last on a text beginning {excerpt!r}); each such search holds up ingest. "
+        "Make the expression simpler and enable the rule again."
+    )
+
+    def disable() -> None:
+        from dlqconsole.deadletters.services import disable_slow_rule
+
+        try:
+            disable_slow_rule(rule_id=rule.id, reason=reason)
+        finally:
+            _disabling.discard(rule.id)
+            _slow.pop(rule.id, None)
+
+    transaction.on_commit(disable, robust=True)
 
 
 def forget_rules() -> None:
