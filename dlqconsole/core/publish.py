@@ -9,7 +9,9 @@ acks arrive, and reports one `Outcome` per message:
 - nacked: the broker refused it (basic.nack);
 - unconfirmed: it went out but the connection or channel closed before its confirm, so it may or may not have
   arrived (publish it again to be sure: at least once);
-- not_sent: it never went out (the caller halted, a rate wait was cut short, or the connection was lost first).
+- not_sent: it never went out (the caller halted, a rate wait was cut short, or the connection was lost first);
+- unsendable: it cannot be written as an AMQP message (a header integer beyond 64 bits, an infinite number, a
+  routing key over 255 bytes); pika encodes every frame before writing any, so the channel is unharmed.
 
 A returned message carries no delivery tag, so each message names itself in a header (`key_header`): the return
 callback reads it and the ack that follows on the same channel settles it as returned.
@@ -18,6 +20,7 @@ callback reads it and the ack that follows on the same channel settles it as ret
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pika
+import pika.exceptions
 from pika import spec
 
 logger = logging.getLogger(__name__)
@@ -34,6 +38,15 @@ RETURNED = "returned"
 NACKED = "nacked"
 UNCONFIRMED = "unconfirmed"
 NOT_SENT = "not_sent"
+UNSENDABLE = "unsendable"
+# What pika raises while encoding a message it cannot represent (before anything is written).
+ENCODING_ERRORS = (
+    pika.exceptions.UnsupportedAMQPFieldException,
+    pika.exceptions.ShortStringTooLong,
+    struct.error,
+    UnicodeEncodeError,
+    OverflowError,
+)
 
 
 class PublishError(Exception):
@@ -311,6 +324,9 @@ class ConfirmedPublisher:
                     properties=message.properties,
                     mandatory=True,
                 )
+            except ENCODING_ERRORS as error:
+                self._outcomes.append(Outcome(message.key, UNSENDABLE, f"cannot be sent over AMQP: {_why(error)}"))
+                continue
             except Exception as error:  # noqa: BLE001  (the channel went away under us)
                 self._queue.appendleft(message)
                 self._lost(f"publish failed: {error!r}")
@@ -405,3 +421,15 @@ class ConfirmedPublisher:
     def _stop_loop(self) -> None:
         if self._connection is not None:
             self._connection.ioloop.stop()
+
+
+def _why(error: BaseException) -> str:
+    """pika's encoding errors in words: it names the value it could not encode, not the header holding it."""
+    if isinstance(error, pika.exceptions.UnsupportedAMQPFieldException):
+        value = error.args[-1] if error.args else None
+        return f"a header value of type {type(value).__name__} ({str(value)[:40]}) has no AMQP encoding"
+    if isinstance(error, pika.exceptions.ShortStringTooLong):
+        return "a header name or routing key is longer than 255 bytes"
+    if isinstance(error, struct.error):
+        return f"a number does not fit its AMQP field ({error})"
+    return f"{type(error).__name__}: {str(error)[:200]}"

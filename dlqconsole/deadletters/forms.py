@@ -3,10 +3,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pika.data
 from django import forms
 from django.conf import settings
 
 from dlqconsole.core import jsonsafe
+from dlqconsole.core.publish import ENCODING_ERRORS
 from dlqconsole.deadletters.payload import is_death_header
 
 MAX_BODY_CHARACTERS = 5 * 1024 * 1024
@@ -50,7 +52,16 @@ class EditForm(forms.Form):
         if any(is_death_header(name) for name in headers):
             raise forms.ValidationError("Death headers are stripped on replay; leave them out.")
         try:
-            jsonsafe.decode(headers)
+            decoded = jsonsafe.decode(headers)
         except (ValueError, TypeError) as error:
             raise forms.ValidationError(f"A tagged value could not be read: {error}") from None
+        for name, value in decoded.items():
+            # What the publisher would meet only when sending: refuse it here, with the header's name.
+            try:
+                pika.data.encode_table([], {str(name): value})
+            except ENCODING_ERRORS:
+                raise forms.ValidationError(
+                    f"Header {str(name)[:100]!r} cannot be sent over AMQP: integers must fit in 64 bits, numbers "
+                    "must be finite (no Infinity or NaN), and names at most 255 bytes."
+                ) from None
         return headers

@@ -162,11 +162,30 @@ def error_header_names() -> frozenset[str]:
 
 
 def body_as_text(body: bytes) -> str | None:
-    """The body as editable text, or None when it is not UTF-8 (such a body cannot be edited in a form)."""
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
+    """The body as editable text, or None when a form cannot give it back unchanged (see text_problem)."""
+    if text_problem(body):
         return None
+    return body.decode("utf-8")
+
+
+def text_problem(body: bytes) -> str:
+    """Why a form's textarea cannot carry this body unchanged ("" when it can): it is not UTF-8; it holds NUL,
+    which browsers turn into U+FFFD; or it has carriage returns other than CRLF line endings throughout (a form
+    sends every line break as CRLF, so only LF-only and CRLF-only bodies can be told apart and kept)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the payload is not UTF-8 text"
+    if "\x00" in text:
+        return "the payload holds NUL characters, which a browser form cannot carry"
+    if "\r" in text and (text.count("\r") != text.count("\r\n") or text.count("\n") != text.count("\r\n")):
+        return "the payload mixes line endings (CR, LF, CRLF), which a browser form would change"
+    return ""
+
+
+def with_line_endings_of(original: str, edited: str) -> str:
+    """The edited text (line breaks as LF) with the original's line endings: CRLF when it used CRLF."""
+    return edited.replace("\n", "\r\n") if "\r\n" in original else edited
 
 
 def _inflate(body: bytes, *, limit: int) -> bytes | None:

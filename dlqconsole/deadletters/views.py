@@ -53,7 +53,9 @@ from dlqconsole.deadletters.payload import (
     header_rows,
     headers_as_json,
     show_body,
+    text_problem,
     unified_diff,
+    with_line_endings_of,
 )
 from dlqconsole.deadletters.services import (
     PatternError,
@@ -458,9 +460,7 @@ def _not_editable(body: bytes) -> str:
     an Edit and retry that only leads to a refusal (the edit view refuses the same two cases)."""
     if len(body) > editable_body_bytes():
         return "the payload is too large to edit in a form"
-    if body_as_text(body) is None:
-        return "the payload is not UTF-8 text"
-    return ""
+    return text_problem(body)
 
 
 @dataclass(frozen=True)
@@ -902,7 +902,12 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     limit = editable_body_bytes()
     original_body = body_as_text(raw) if len(raw) <= limit else None
     original_headers = headers_as_json(dead_letter.headers)
-    context: dict[str, Any] = {"letter": dead_letter, "editable": original_body is not None, "limit": limit}
+    context: dict[str, Any] = {
+        "letter": dead_letter,
+        "editable": original_body is not None,
+        "limit": limit,
+        "not_editable": text_problem(raw),
+    }
     if len(raw) > limit:
         context["too_large"] = len(raw)
     initial_headers = headers_as_json(dead_letter.headers, leave_out=error_header_names())
@@ -916,7 +921,7 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return render(request, "deadletters/message_edit.html", context)
     if not form.is_valid():
         return render(request, "deadletters/message_edit.html", context, status=400)
-    body: str = form.cleaned_data["body"]
+    body = with_line_endings_of(original_body, form.cleaned_data["body"])
     headers: dict[str, Any] = form.cleaned_data["headers"]
     context["json_problem"] = _json_problem(body, content_type=dead_letter.content_type)
     context["body_diff"] = unified_diff(original_body, body, name="payload")

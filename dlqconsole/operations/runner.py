@@ -53,6 +53,7 @@ from dlqconsole.core.publish import (
     NOT_SENT,
     RETURNED,
     UNCONFIRMED,
+    UNSENDABLE,
     ConfirmedPublisher,
     Message,
     Outcome,
@@ -768,7 +769,7 @@ class OperationRunner:
             if outcome.status == CONFIRMED:
                 rows.append((entry.item_pk, ItemStatus.PUBLISHED, moment, str(entry.destination), ""))
                 outcome_of[entry.letter.pk] = new_status
-            elif outcome.status in (RETURNED, NACKED):
+            elif outcome.status in (RETURNED, NACKED, UNSENDABLE):
                 rows.append((entry.item_pk, ItemStatus.FAILED, moment, str(entry.destination), outcome.error[:2000]))
                 outcome_of[entry.letter.pk] = DeadLetterStatus.FAILED
                 last_error = outcome.error
@@ -835,7 +836,7 @@ class OperationRunner:
                 self.confirmed += 1
                 self.failure_streak = 0
                 self.connection_failures = 0
-            elif outcome.status in (RETURNED, NACKED):
+            elif outcome.status in (RETURNED, NACKED, UNSENDABLE):
                 self.failure_streak += 1
                 last_error = outcome.error
         if last_error:

@@ -613,7 +613,8 @@ def retry_dead_letter(
 def edit_and_retry(
     *, dead_letter: DeadLetter, body: bytes, headers: dict[str, Any], actor: Actor, submission: str = ""
 ) -> Operation:
-    """Retry an edited copy of a dead letter. The original stays as it was; the copy links to it (edited_from).
+    """Retry an edited copy of a dead letter. The copy links to the original (edited_from), which is archived
+    when it is waiting (see _archive_edited_original).
 
     `submission` names one editing session: the same one sent again (a double click, a reloaded form) returns the
     operation of the first send instead of sending a second copy."""
@@ -692,7 +693,7 @@ def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, no
         action="deadletter.archive",
         target=f"deadletter:{original_id}",
         count=1,
-        detail=f"archived: its edited copy {copy_id} was sent in its place",
+        detail=f"archived: replaced by its edited copy {copy_id}",
     )
 
 

@@ -240,3 +240,60 @@ def test_the_same_edit_sent_twice_at_once_sends_one_copy(operator: User, celery_
     assert DeadLetter.objects.filter(edited_from=stored).count() == 1
     assert Operation.objects.count() == 1
     assert sum(DeadLetterCount.objects.values_list("count", flat=True)) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "json_text"),
+    [("beyond 64 bits", "123456789012345678901234567890"), ("infinite", "1e400"), ("NaN", "NaN")],
+)
+def test_a_header_amqp_cannot_carry_is_refused_and_nothing_is_sent_or_archived(
+    operator: User, value: str, json_text: str
+) -> None:
+    (stored,) = ingest(letter(body=b'{"order": 7}'))
+
+    response = client_for(operator).post(
+        f"/messages/{stored.pk}/edit/",
+        {"body": '{"order": 8}', "headers": '{"n": ' + json_text + "}", "action": "send", "submission": SUBMISSION},
+    )
+
+    assert response.status_code == 400, value
+    assert "Header &#x27;n&#x27; cannot be sent over AMQP: integers must fit in 64 bits" in response.content.decode()
+    stored.refresh_from_db()
+    assert (stored.status, DeadLetter.objects.count(), Operation.objects.count()) == ("parked", 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"nul\x00body", "the payload holds NUL characters, which a browser form cannot carry"),
+        (b"old mac\rline", "the payload mixes line endings (CR, LF, CRLF), which a browser form would change"),
+        (b"a\r\nb\nc", "the payload mixes line endings (CR, LF, CRLF), which a browser form would change"),
+    ],
+)
+def test_a_payload_a_form_would_change_is_not_offered_for_editing(operator: User, body: bytes, why: str) -> None:
+    (stored,) = ingest(letter(body=body, content_type="text/plain"))
+    client = client_for(operator)
+
+    edit_page = client.get(f"/messages/{stored.pk}/edit/").content.decode()
+    detail = client.get(f"/messages/{stored.pk}/").content.decode()
+    posted = client.post(f"/messages/{stored.pk}/edit/", {"body": "x", "headers": "{}", "action": "send"})
+
+    assert f"This payload cannot be edited in a form: {why}" in edit_page and "<textarea" not in edit_page
+    assert f"No edit and retry: {why}" in detail and f"/messages/{stored.pk}/edit/" not in detail
+    assert posted.status_code == 200 and DeadLetter.objects.count() == 1
+
+
+def test_a_crlf_payload_keeps_its_line_endings_when_edited(
+    operator: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    (stored,) = ingest(letter(body=b"line one\r\nline two\r\n", content_type="text/plain"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        # The browser sends every line break of a textarea as CRLF.
+        response = client_for(operator).post(
+            f"/messages/{stored.pk}/edit/",
+            {"body": "line one\r\nline 2\r\n", "headers": "{}", "action": "send", "submission": SUBMISSION},
+        )
+
+    assert response.status_code == 302
+    assert bytes(DeadLetter.objects.get(edited_from=stored).body) == b"line one\r\nline 2\r\n"

@@ -7,7 +7,15 @@ import time
 import pika
 
 from dlqconsole.core.amqp import connection_parameters
-from dlqconsole.core.publish import CONFIRMED, NOT_SENT, RETURNED, UNCONFIRMED, ConfirmedPublisher, Message
+from dlqconsole.core.publish import (
+    CONFIRMED,
+    NOT_SENT,
+    RETURNED,
+    UNCONFIRMED,
+    UNSENDABLE,
+    ConfirmedPublisher,
+    Message,
+)
 from tests.operations.conftest import wait_for_depth
 
 
@@ -116,3 +124,28 @@ def test_a_batch_goes_to_the_socket_in_few_writes_and_arrives_intact(channel, qu
         assert method is not None
         received.append((body, properties.headers))
     assert received == [(f"m{n}".encode(), {"key": n}) for n in range(400)]
+
+
+def test_a_message_amqp_cannot_encode_is_unsendable_and_the_rest_go_out(channel, queue_name):
+    """pika encodes every frame before writing any: a header it cannot encode costs that message, not the channel."""
+    queue = queue_name("out")
+    channel.queue_declare(queue=queue)
+    batch = messages(queue, 10)
+    batch[3].properties = pika.BasicProperties(headers={"key": 3, "n": 2**70})
+    batch[6].properties = pika.BasicProperties(headers={"key": 6, "n": float("inf")})
+    batch[8].routing_key = "r" * 300
+
+    with ConfirmedPublisher(connection_parameters(), key_header="key", window=4) as publisher:
+        outcomes = {outcome.key: outcome for outcome in publisher.publish(batch)}
+        assert publisher.is_open
+        (after,) = publisher.publish(messages(queue, 1, start=10))
+
+    assert {key for key, outcome in outcomes.items() if outcome.status == UNSENDABLE} == {3, 6, 8}
+    assert outcomes[3].error == "cannot be sent over AMQP: a number does not fit its AMQP field " + (
+        "('q' format requires -9223372036854775808 <= number <= 9223372036854775807)"
+    )
+    assert outcomes[6].error == "cannot be sent over AMQP: a header value of type float (inf) has no AMQP encoding"
+    assert outcomes[8].error == "cannot be sent over AMQP: a header name or routing key is longer than 255 bytes"
+    assert [outcomes[n].status for n in (0, 1, 2, 4, 5, 7, 9)] == [CONFIRMED] * 7
+    assert after.status == CONFIRMED
+    assert wait_for_depth(channel, queue, 8) == 8

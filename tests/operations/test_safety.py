@@ -387,6 +387,24 @@ def test_edit_and_retry_publishes_the_edited_copy_and_archives_the_original(chan
     assert retry_all.total == 0
 
 
+def test_a_copy_whose_headers_amqp_cannot_carry_fails_with_the_reason_and_the_run_goes_on(
+    channel, queue_name, operator
+):
+    """The edit form refuses such headers; behind it, the run marks the copy failed and says why, instead of
+    taking pika's refusal for a lost connection and pausing."""
+    orders = queue_name("orders")
+    (original,) = dead_letters_on_broker(channel, orders, 1)
+
+    operation = edit_and_retry(dead_letter=original, body=b"{}", headers={"n": 2**70}, actor=operator)
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    copy = DeadLetter.objects.get(edited_from=original)
+    assert (operation.status, operation.failed, copy.status) == (OperationStatus.DONE, 1, "failed")
+    assert operation.items.get().error.startswith("cannot be sent over AMQP: a number does not fit its AMQP field")
+    assert wait_for_depth(channel, orders, 0) == 0
+
+
 def test_edit_and_retry_leaves_an_original_another_operation_is_replaying(channel, queue_name, operator):
     orders = queue_name("orders")
     (original,) = dead_letters_on_broker(channel, orders, 1)
