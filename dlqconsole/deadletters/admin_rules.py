@@ -29,6 +29,8 @@ class FingerprintRuleForm(forms.ModelForm[FingerprintRule]):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        if any(name in self.errors for name in ("name", "regex", "header")):
+            return cleaned  # a field already refused (too long, say): its value is not here to check further
         try:
             validate_rule(
                 name=cleaned.get("name") or "",

@@ -407,8 +407,8 @@ class FingerprintRule(models.Model):
     regex = models.CharField(
         max_length=1000,
         blank=True,
-        help_text="A Python regular expression, searched in the error message and in '<error type>: <error "
-        "message>' (or in the header's value when a header is named). Empty with a header: the header is present.",
+        help_text="A Python regular expression, searched in the error message and in 'ErrorType: error message' "
+        "(or in the header's value when a header is named). Empty with a header: the header is present.",
     )
     header = models.CharField(max_length=255, blank=True, help_text="Match this message header (any case).")
     scope = models.ForeignKey(

@@ -386,6 +386,7 @@ def validate_rule(*, name: str, regex: str, header: str, rule_id: int | None = N
         raise PatternError("Give the rule a name; it becomes the template of its pattern.")
     if "\x00" in name:
         raise PatternError("A rule's name cannot hold a NUL character.")
+    _check_length("name", name, FingerprintRule._meta.get_field("name").max_length)
     _validate_match(regex=regex, header=header)
     other_rules = FingerprintRule.objects.filter(name__iexact=name)
     patterns = FailurePattern.objects.active().filter(template__iexact=name)
@@ -400,9 +401,16 @@ def validate_rule(*, name: str, regex: str, header: str, rule_id: int | None = N
         raise PatternError(f"Pattern #{taken.pk} already has this name; choose another one.")
 
 
+def _check_length(what: str, value: str, limit: int | None) -> None:
+    if limit is not None and len(value) > limit:
+        raise PatternError(f"The rule's {what} is {len(value):,} characters long; at most {limit:,} fit.")
+
+
 def _validate_match(*, regex: str, header: str) -> None:
     if "\x00" in regex or "\x00" in header:
         raise PatternError("A rule cannot hold a NUL character.")
+    _check_length("regular expression", regex, FingerprintRule._meta.get_field("regex").max_length)
+    _check_length("header name", header.strip(), FingerprintRule._meta.get_field("header").max_length)
     if not regex and not header.strip():
         raise PatternError("A rule needs a regular expression, a header, or both.")
     if regex:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule, PatternEvent, PatternOrigin
@@ -16,6 +17,7 @@ from dlqconsole.deadletters.services import (
     split_pattern,
     split_preview,
 )
+from tests.conftest import client_for
 from tests.deadletters.conftest import Ingest, assert_counts_exact
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
@@ -291,3 +293,26 @@ def test_a_rule_deleted_by_another_process_files_its_dead_letters_as_usual(
 
     assert rows[0].pattern_id != rule.pattern_id
     assert rows[0].pattern.template == "disk full on <ID>"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", "n" * 500, "The rule's name is 500 characters long; at most 200 fit."),
+        ("regex", "order 1" + "x" * 1000, "The rule's regular expression is 1,007 characters long; at most 1,000 fit."),
+        ("header", "h" * 300, "The rule's header name is 300 characters long; at most 255 fit."),
+    ],
+)
+def test_split_refuses_over_long_fields_with_the_reason(
+    ingest: Ingest, operator: User, field: str, value: str, message: str
+) -> None:
+    first, _ = ingest("order 1 failed", "order 2 failed")
+    form = {"name": "Order one", "regex": "order 1", "header": "", field: value}
+
+    client = client_for(operator)
+    for action in ("preview", "split"):
+        response = client.post(f"/patterns/{first.pattern_id}/split/", {**form, "action": action})
+        assert response.status_code == 302
+        assert escape(message) in client.get(response["Location"]).content.decode()
+
+    assert not FingerprintRule.objects.exists()

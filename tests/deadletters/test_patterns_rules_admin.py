@@ -98,3 +98,24 @@ def test_operator_can_read_rules_but_not_add_them(client: Client) -> None:
     assert listing.status_code == 200
     assert refused.status_code == 403
     assert not FingerprintRule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", "n" * 300, "Ensure this value has at most 200 characters (it has 300)."),
+        ("regex", "r" * 1500, "Ensure this value has at most 1000 characters (it has 1500)."),
+    ],
+)
+def test_admin_form_gives_one_reason_for_an_over_long_field(
+    client: Client, field: str, value: str, message: str
+) -> None:
+    admin = staff(client, "admin")
+    form = {"name": "Long", "regex": "long", "header": "", "scope": "", "position": 10, "enabled": "on"}
+
+    response = admin.post(reverse("admin:deadletters_fingerprintrule_add"), {**form, field: value})
+
+    page = response.content.decode()
+    assert response.status_code == 200 and message in page
+    assert "Give the rule a name" not in page and "needs a regular expression, a header, or both" not in page
+    assert not FingerprintRule.objects.exists()
