@@ -223,6 +223,11 @@ def main() -> None:
         if "messages_per_second" in numbers:
             line += f"\nspeed: fingerprint + merge {numbers['messages_per_second']:,.0f} msg/s"
         print(line)
+    every = results.values()
+    quality = all(numbers["accuracy"] >= 0.95 and numbers["group_f1"] >= 0.90 for numbers in every)
+    fast = results["all"]["messages_per_second"] >= 20_000
+    print(f"target: accuracy >= 0.95 and group F1 >= 0.90 in every split -> {'OK' if quality else 'MISSED'}")
+    print(f"target: >= 20,000 msg/s in one process -> {'OK' if fast else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -294,6 +294,7 @@ def main() -> None:
                 [
                     ("run", f"{seconds:.2f} s ({seconds / 10 - 1:+.1%})"),
                     ("first to last publish", f"{spread:.2f} s ({spread / 9.995 - 1:+.1%})"),
+                    ("target", f"10 s within 5% -> {'OK' if abs(seconds / 10 - 1) <= 0.05 else 'MISSED'}"),
                 ],
             )
     finally:
