@@ -106,6 +106,10 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
     visible = _visible(request.user)
     entries, problems = _filtered(request.GET, visible)
+    if problems:
+        # A filter that could not be read shows nothing rather than every entry under an error: the rows would
+        # read as the answer to the filter (the messages page does the same).
+        entries = entries.none()
     before = request.GET.get("before", "")
     if before.isascii() and before.isdigit():
         entries = entries.filter(pk__lt=int(before))

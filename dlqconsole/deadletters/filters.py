@@ -105,6 +105,22 @@ class DeadLetterFilter:
 
     @classmethod
     def from_querydict(cls, query: QueryDict) -> DeadLetterFilter:
+        return cls.from_dict(cls._query_data(query))
+
+    @classmethod
+    def as_typed(cls, query: QueryDict) -> DeadLetterFilter:
+        """What the query holds, unchecked: refills a filter form after from_querydict refused it, so that one
+        bad value does not blank the good ones. Never applied."""
+        data = cls._query_data(query)
+        return cls(
+            **{
+                name: [item for item in value if item] if isinstance(value, list) else value.strip()
+                for name, value in data.items()
+            }
+        )
+
+    @classmethod
+    def _query_data(cls, query: QueryDict) -> dict[str, Any]:
         data: dict[str, Any] = {}
         for name in cls.FIELDS:
             if isinstance(getattr(cls(), name), list):
@@ -112,7 +128,7 @@ class DeadLetterFilter:
                 data[name] = [part.strip() for value in query.getlist(name) for part in value.split(",")]
             else:
                 data[name] = query.get(name, "")
-        return cls.from_dict(data)
+        return data
 
     def validate(self) -> None:
         try:

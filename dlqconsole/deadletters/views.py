@@ -304,10 +304,12 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
     try:
         chosen = DeadLetterFilter.from_querydict(request.GET)
         found = chosen.apply()
+        typed = chosen
     except FilterError as problem:
         error = str(problem)
         chosen = DeadLetterFilter()
         found = DeadLetter.objects.none()
+        typed = DeadLetterFilter.as_typed(request.GET)  # the form keeps what was typed, the bad value included
     before = _parse_cursor(request.GET.get("before"))
     after = _parse_cursor(request.GET.get("after"))
     columns = (
@@ -357,6 +359,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "error": error,
         "total": total,
         "chosen": chosen,
+        "typed": typed,
         "filter_query": filter_query.urlencode(),
         "filter_items": list(filter_query.lists()),
         "older_query": f"{base}&before={rows[-1].pk}" if rows and more_older else "",

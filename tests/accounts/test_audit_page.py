@@ -91,12 +91,15 @@ def test_a_page_mark_in_other_digits_is_ignored_not_a_server_error(viewer: User)
     assert response.status_code == 200 and "the-entry" in response.content.decode()
 
 
-def test_an_impossible_date_is_reported_not_a_server_error(viewer: User) -> None:
+def test_an_impossible_date_is_reported_and_no_entry_is_shown_as_its_answer(viewer: User) -> None:
+    record_audit(actor=None, action="export", target="export:1", detail="the-entry")
+
     response = client_for(viewer).get("/audit/", {"before": "abc", "since": "2026-13-45", "until": "2026-02-30T10:00"})
 
     html = response.content.decode()
     assert response.status_code == 200
     assert "since must be an ISO date/time or an age" in html and "until must be an ISO date/time or an age" in html
+    assert "the-entry" not in html
 
 
 @pytest.mark.parametrize("name", ["actor", "action", "target"])

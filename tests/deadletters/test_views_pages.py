@@ -340,6 +340,17 @@ def test_messages_page_reports_a_bad_filter_instead_of_failing(viewer_client: Cl
     assert "No dead letter matches." in response.content.decode()
 
 
+def test_a_bad_filter_value_leaves_the_form_as_typed(viewer_client: Client) -> None:
+    many(1)
+
+    html = viewer_client.get("/messages/?since=garbage&text=declined&queue=orders.dlq&pattern=abc").content.decode()
+
+    assert "since must be an ISO date/time or an age" in html or "pattern and ids must be whole numbers" in html
+    # Pressing Filter again sends back what was typed, the good values with the bad one to correct.
+    for name, value in (("since", "garbage"), ("text", "declined"), ("queue", "orders.dlq"), ("pattern", "abc")):
+        assert re.search(rf'name="{name}"[^>]* value="{value}"', html), name
+
+
 @pytest.mark.parametrize(
     "query", ["/messages/?queue=%00", "/messages/?error_type=a%00b", "/messages/?text=%00", "/patterns/?q=%00"]
 )
