@@ -111,13 +111,11 @@ class DeadLetterFilter:
     def as_typed(cls, query: QueryDict) -> DeadLetterFilter:
         """What the query holds, unchecked: refills a filter form after from_querydict refused it, so that one
         bad value does not blank the good ones. Never applied."""
-        data = cls._query_data(query)
-        return cls(
-            **{
-                name: [item for item in value if item] if isinstance(value, list) else value.strip()
-                for name, value in data.items()
-            }
-        )
+        typed: dict[str, Any] = {
+            name: [item for item in value if item] if isinstance(value, list) else value.strip()
+            for name, value in cls._query_data(query).items()
+        }
+        return cls(**typed)
 
     @classmethod
     def _query_data(cls, query: QueryDict) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
+from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import require_role
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
@@ -315,6 +316,14 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "empty_plan": planned and operation.total == 0,
         "rate_choices": RATE_CHOICES,
         "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
+        # Who stopped it, so that a cancel never reads as something the system did on its own.
+        "cancelled_by": (
+            AuditEntry.objects.filter(action="operation.cancel", target=f"operation:{operation.pk}")
+            .order_by("-pk")
+            .first()
+            if operation.status == OperationStatus.CANCELLED
+            else None
+        ),
     }
 
 

@@ -462,7 +462,9 @@ def test_a_discarded_plan_is_shown_as_never_started_not_as_a_cancelled_run(opera
 def test_a_started_operation_asks_before_cancelling_and_is_called_cancelled(operator: User) -> None:
     letters = many(2)
     operation = plan_operation(kind="archive", filter={"pattern": [letters[0].pattern_id]}, actor=operator)
-    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.PAUSED, started_at=timezone.now())
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.PAUSED, started_at=timezone.now(), pause_reason="20 of 22 replayed messages came back"
+    )
     client = client_for(operator)
 
     paused_page = client.get(f"/operations/{operation.pk}/").content.decode()
@@ -473,6 +475,9 @@ def test_a_started_operation_asks_before_cancelling_and_is_called_cancelled(oper
     detail = client.get(f"/operations/{operation.pk}/").content.decode()
     assert '<span class="chip st-cancelled" data-testid="status">Cancelled</span>' in detail
     assert 'data-testid="progress"' in detail
+    # A person cancelled it, not the system: who, and the pause it came after.
+    assert re.search(r'data-testid="cancelled-by">by otto-operator, [^<]+</span>', detail)
+    assert 'data-testid="pause-reason">after it paused: 20 of 22 replayed messages came back</span>' in detail
 
 
 def test_time_left_on_the_page_counts_the_canary_wait(operator: User) -> None:
