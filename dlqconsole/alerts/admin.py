@@ -62,6 +62,8 @@ class AlertRuleAdminForm(forms.ModelForm[AlertRule]):
 
 @admin.register(AlertRule)
 class AlertRuleAdmin(AuditedModelAdmin[AlertRule]):
+    # Rules are the admin role's, as on the console's rule pages (which refuse other roles).
+    view_role = ADMIN
     form = AlertRuleAdminForm
     list_display = ["name", "kind", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
     list_filter = ["kind", "severity", "enabled"]

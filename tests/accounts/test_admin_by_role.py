@@ -57,6 +57,10 @@ def test_an_operator_without_the_staff_flag_reads_and_triages_but_configures_not
     assert status(client, "admin:operations_retrypolicy_add") == 403
     assert status(client, "admin:auth_user_changelist") == 403
     assert status(client, "admin:alerts_channel_changelist") == 403
+    # Alert rules are the admin role's, as on the console's rule pages: not even listed.
+    assert status(client, "admin:alerts_alertrule_changelist") == 403
+    assert status(client, "alerts:rules") == 403
+    assert "Alert rules" not in client.get(reverse("admin:index")).content.decode()
 
 
 def test_a_viewer_without_the_staff_flag_reads_only(viewer: User) -> None:
