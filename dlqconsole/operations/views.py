@@ -128,6 +128,7 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         "kind_label": OperationKind(kind).label,
         "chosen": chosen,
         "filter_items": _filter_items(chosen),
+        "filter_shown": _filter_shown(chosen),
         "estimate": planned_estimate,
         "patterns": FailurePattern.objects.filter(pk__in=chosen.pattern[:20]) if chosen.pattern else [],
         "rate_choices": RATE_CHOICES,
@@ -198,6 +199,18 @@ def canary_choices(plan_size: int | None, *, chosen: str = "") -> list[dict[str,
                     label += f" ({share_text(size, plan_size)} of about {plan_size:,})"
         choices.append({"size": size, "label": label, "disabled": disabled})
     return choices
+
+
+def _filter_shown(chosen: DeadLetterFilter, *, most: int = 20) -> list[tuple[str, str]]:
+    """The filter as the plan form shows it: one line per field, a long list of ids cut short."""
+    shown = []
+    for name, value in chosen.to_dict().items():
+        values = [str(item) for item in value] if isinstance(value, list) else [str(value)]
+        text = ", ".join(values[:most])
+        if len(values) > most:
+            text += f" … and {len(values) - most:,} more"
+        shown.append((name, text))
+    return shown
 
 
 def _filter_items(chosen: DeadLetterFilter) -> list[tuple[str, str]]:
