@@ -144,6 +144,10 @@ def csv_lines(letters: Iterator[DeadLetter]) -> Iterator[str]:
     yield flush()
     for letter in letters:
         values = record(letter)
+        if values["body_encoding"] == "utf-8" and "\x00" in values["body"]:
+            # A NUL inside a CSV cell breaks spreadsheets and many CSV readers: such a body goes as base64, as a
+            # body that is not UTF-8 does (the body_encoding column says which).
+            values.update(body=base64.b64encode(bytes(letter.body)).decode(), body_encoding="base64")
         writer.writerow([_cell(values[name]) for name in COLUMNS])
         yield flush()
 

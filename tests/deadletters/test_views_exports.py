@@ -72,6 +72,19 @@ def test_jsonl_export_keeps_binary_bodies_as_base64(viewer_client: Client) -> No
 
 
 @pytest.mark.sqlite
+def test_csv_export_writes_a_text_body_holding_nul_as_base64(viewer_client: Client) -> None:
+    ingest(letter(body=b"nul\x00body", content_type="text/plain"))
+    ingest(letter(body=b"plain text"))
+
+    text = body_of(viewer_client.get("/messages/export/?format=csv"))
+
+    assert "\x00" not in text
+    bodies = {row["body_encoding"]: row["body"] for row in csv.DictReader(io.StringIO(text))}
+    assert base64.b64decode(bodies["base64"]) == b"nul\x00body"
+    assert bodies["utf-8"] == "plain text"
+
+
+@pytest.mark.sqlite
 def test_export_reads_every_row_across_keyset_chunks(viewer_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exports, "CHUNK", 7)
     stored = many(30)
