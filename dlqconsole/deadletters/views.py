@@ -829,6 +829,21 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return redirect(back_url)
 
 
+def _pattern_numbers(values: list[str]) -> set[int]:
+    """Pattern numbers typed or ticked ('12, #15 31'); ValueError naming the first token that is not one."""
+    numbers = set()
+    for value in values:
+        for token in re.split(r"[\s,;]+", value.strip()):
+            token = token.lstrip("#")
+            if not token:
+                continue
+            # A pattern id is a bigint: more digits than that is no pattern (and no database query).
+            if not (token.isascii() and token.isdigit()) or len(token) > 18:
+                raise ValueError(f"“{token[:40]}” is not a pattern number; nothing was merged.")
+            numbers.add(int(token))
+    return numbers
+
+
 @require_http_methods(["GET", "POST"])
 def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
     """Merge patterns: first a preview (full templates, counts, what differs, a choice of target), then the merge.
@@ -840,22 +855,19 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
         return redirect("deadletters:patterns")
     back_url = _back(request, reverse("deadletters:patterns"))
     try:
-        chosen = {
-            int(token.lstrip("#"))
-            for value in request.POST.getlist("sources")
-            for token in re.split(r"[\s,;]+", value)
-            if token.lstrip("#")
-        }
-        typed = request.POST.get("target", "").strip().lstrip("#")
+        chosen = _pattern_numbers(request.POST.getlist("sources"))
+        typed = _pattern_numbers([request.POST.get("target", "")])
+        if len(typed) > 1:
+            raise ValueError("Merge into one pattern: type a single pattern number as the target.")
         # No target chosen: the ticked pattern with the most dead letters (its template, triage and history stay).
         busiest = (
             FailurePattern.objects.filter(pk__in=chosen).order_by("-total_count", "pk").values_list("pk", flat=True)
         )
-        target_id = int(typed) if typed else busiest.first()
+        target_id = next(iter(typed)) if typed else busiest.first()
         if target_id is None:
-            raise ValueError("no target")
-    except ValueError:
-        messages.error(request, "Choose the patterns to merge (pattern numbers) and the one to merge them into.")
+            raise ValueError("Choose the patterns to merge (pattern numbers) and the one to merge them into.")
+    except ValueError as problem:
+        messages.error(request, str(problem))
         return redirect(back_url)
     target = get_object_or_404(FailurePattern.objects.select_related("merged_into"), pk=target_id)
     sources = list(FailurePattern.objects.filter(pk__in=chosen - {target_id}).order_by("pk"))

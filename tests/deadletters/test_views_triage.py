@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent, PatternStatus
@@ -245,6 +246,26 @@ def test_merge_without_a_source_is_explained(operator: User) -> None:
 
     assert response.status_code == 302
     assert "Tick at least one pattern" in client.get(response["Location"]).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("form", "said"),
+    [
+        ({"sources": ["abc"]}, "“abc” is not a pattern number; nothing was merged."),
+        ({"sources": ["12, 9999999999999999999999"]}, "“9999999999999999999999” is not a pattern number"),
+        ({"sources": ["12"], "target": "-1"}, "“-1” is not a pattern number"),
+        ({"sources": ["12"], "target": "3 4"}, "Merge into one pattern: type a single pattern number as the target."),
+        ({"sources": [""]}, "Choose the patterns to merge (pattern numbers) and the one to merge them into."),
+    ],
+)
+def test_a_merge_typed_wrong_says_what_is_wrong(operator: User, form: dict[str, object], said: str) -> None:
+    many(1)
+    client = client_for(operator)
+
+    response = client.post("/patterns/merge/", form)
+
+    assert response.status_code == 302
+    assert escape(said) in client.get(response["Location"]).content.decode()
 
 
 def test_operator_previews_then_splits_a_pattern(operator: User) -> None:
