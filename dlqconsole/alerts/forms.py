@@ -132,6 +132,10 @@ class RuleForm(forms.ModelForm[AlertRule]):
         queryset=FailurePattern.objects.active(),
         required=False,
         widget=forms.NumberInput(attrs={"min": 1}),
+        error_messages={
+            "invalid_choice": "No such pattern (or it was merged into another): type the number of a "
+            "pattern listed on the patterns page."
+        },
         label="Pattern id",
         help_text="Only this failure pattern: the number in its address, /patterns/<id>/. Empty for queues.",
     )

@@ -176,6 +176,7 @@ def test_a_direction_control_in_a_channel_name_cannot_reorder_the_console_senten
     [
         ("webhook", "http://169.254.169.254/latest/meta-data/", "DLQ_WEBHOOK_DENIED_NETWORKS"),
         ("slack", "ftp://hooks.example.com/x", "Enter an http(s) URL."),
+        ("webhook", "https://hooks.example.com/" + "x" * 2100, "The URL is 2,126 characters long; at most 2,048."),
         ("email", "not an address", "Enter a valid email address."),
     ],
 )

@@ -139,6 +139,17 @@ def test_queue_and_pattern_together_are_refused_where_a_pattern_counts() -> None
     assert found == {"queue": ["Choose a queue or a pattern, not both."]}
 
 
+@pytest.mark.parametrize("value", ["999999", "-1", "abc"])
+def test_a_pattern_id_that_names_no_pattern_says_so(value: str) -> None:
+    found = errors(post(kind="dlq_not_empty", pattern=value))
+
+    assert found == {
+        "pattern": [
+            "No such pattern (or it was merged into another): type the number of a pattern listed on the patterns page."
+        ]
+    }
+
+
 def test_unknown_queue_is_a_warning_not_an_error() -> None:
     ingest(1, queue="orders.dlq")
     WatchedQueue.objects.create(name="payments", dead_letter_queue="payments.dlq", dead_letter_exchange="payments.dlx")

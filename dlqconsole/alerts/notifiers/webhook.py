@@ -42,6 +42,8 @@ class WebhookNotifier(Notifier):
     @classmethod
     def clean_target(cls, target: str) -> str:
         url = super().clean_target(target)
+        if len(url) > URLValidator.max_length:
+            raise ValidationError(f"The URL is {len(url):,} characters long; at most {URLValidator.max_length:,}.")
         URLValidator(schemes=["http", "https"], message="Enter an http(s) URL.")(url)
         # A host name is checked on what it resolves to when a notification is sent (core/http.py).
         address = literal_address(urlsplit(url).hostname or "")
