@@ -58,6 +58,53 @@ def test_operator_cannot_purge_but_an_admin_can_plan_it(operator: User, admin_us
     assert AuditEntry.objects.filter(action="operation.purge.plan", count=2).exists()
 
 
+def test_operator_post_to_start_an_admins_purge_gets_403_and_deletes_nothing(
+    operator: User, admin_user: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    letters = many(3)
+    ids = [row.pk for row in letters]
+    planned = client_for(admin_user).post(
+        "/operations/plan/", {"kind": "purge", "pattern": letters[0].pattern_id, "scope": "all"}
+    )
+    operation = Operation.objects.get()
+    assert planned.status_code == 302 and (operation.kind, operation.total) == ("purge", 3)
+    audit_before = list(AuditEntry.objects.order_by("pk").values_list("pk", "actor_name", "action", "target"))
+    assert [row[1:] for row in audit_before] == [("ada-admin", "operation.purge.plan", f"operation:{operation.pk}")]
+    # The operator signs in with CSRF checks on and sends the token the console gave it, with the right count typed:
+    # only the role stands in the way.
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator)
+    page = strict.get(f"/operations/{operation.pk}/")
+    assert page.status_code == 200 and f"/operations/{operation.pk}/start/" not in page.content.decode()
+    token = strict.cookies["csrftoken"].value  # set by the page (its htmx requests carry it)
+
+    with django_capture_on_commit_callbacks(execute=True) as enqueued:
+        plain = strict.post(f"/operations/{operation.pk}/start/", {"csrfmiddlewaretoken": token, "typed_count": "3"})
+        htmx = strict.post(
+            f"/operations/{operation.pk}/start/",
+            {"typed_count": "3"},
+            headers={**HX, "X-CSRFToken": token},
+        )
+
+    for response in (plain, htmx):
+        assert response.status_code == 403
+        body = response.content.decode()
+        assert "This needs the admin role." in body and "Form expired" not in body  # the role check, not CSRF's
+    assert enqueued == []
+    operation.refresh_from_db()
+    assert (operation.status, operation.started_at, operation.succeeded) == (OperationStatus.PLANNED, None, 0)
+    assert DeadLetter.objects.filter(pk__in=ids).count() == 3
+    assert set(DeadLetter.objects.filter(pk__in=ids).values_list("status", flat=True)) == {DeadLetterStatus.PARKED}
+    # A refused request changes nothing, so nothing is written to the audit log (no start, no start_refused, no row
+    # in the operator's name): the log holds the admin's plan and nothing else.
+    assert list(AuditEntry.objects.order_by("pk").values_list("pk", "actor_name", "action", "target")) == audit_before
+    # The same token is good: the operator's own archive plan goes through with it.
+    own = strict.post(
+        "/operations/plan/", {"csrfmiddlewaretoken": token, "kind": "archive", "scope": "selected", "ids": ids}
+    )
+    assert own.status_code == 302 and Operation.objects.filter(kind="archive").count() == 1
+
+
 def test_viewer_cannot_start_pause_or_cancel_an_operation(viewer: User, operator: User) -> None:
     letters = many(2)
     operation = plan_operation(kind="archive", filter={"ids": [row.pk for row in letters]}, actor=operator)
