@@ -4,9 +4,11 @@ stream through one consume_dlq process and through two competing ones (real Rabb
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from tests.ingest.conftest import (
     queue_depth,
     subprocess_database_url,
     wait_for_depth,
+    wait_until,
 )
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
@@ -72,8 +75,9 @@ def stream() -> list[dict[str, str]]:
     return chosen
 
 
-def publish(channel: Any, queue: DeadLetterQueue, rows: list[tuple[int, dict[str, str]]]) -> None:
-    """Publish (stream position, row) pairs in the order given; the message id names the stream position."""
+def publish(channel: Any, queue: DeadLetterQueue, rows: list[tuple[int, dict[str, str]]], *, wait: bool = True) -> None:
+    """Publish (stream position, row) pairs in the order given; the message id names the stream position. With
+    `wait`, until all of them are in the DLQ (nobody consuming it yet)."""
     for index, row in rows:
         headers = {"x-exception-message": row["message"]}
         if row["error_type"]:
@@ -86,7 +90,21 @@ def publish(channel: Any, queue: DeadLetterQueue, rows: list[tuple[int, dict[str
             body=json.dumps({"n": index}).encode(),
             properties=pika.BasicProperties(message_id=f"s-{index}", expiration="0", headers=headers),
         )
-    assert wait_for_depth(channel, queue.dlq, len(rows), timeout=60) == len(rows)
+    if wait:
+        assert wait_for_depth(channel, queue.dlq, len(rows), timeout=60) == len(rows)
+
+
+SUMMARY = re.compile(r"^consume_dlq: (\d+) received, (\d+) new, (\d+) duplicates, .*, 0 database errors$", re.M)
+
+
+def summary(process: ConsumerProcess) -> tuple[int, int]:
+    """(received, new) from the command's closing line, which must say no database error happened."""
+    (line,) = SUMMARY.findall(process.output)
+    return int(line[0]), int(line[1])
+
+
+def says(process: ConsumerProcess, text: str) -> bool:
+    return text in process.output
 
 
 def outcome() -> tuple[dict[str, tuple[str, str]], set[tuple[str, str, int]]]:
@@ -141,24 +159,35 @@ def test_two_consumers_make_the_same_patterns_as_one(
 ) -> None:
     queue = declare_dead_letter_queue(amqp_channel, queue_name("grouping"))
     rows = list(enumerate(stream()))
-    options = ["--queues", queue.dlq, "--prefetch", "50", "--batch-seconds", "0.05", "--exit-when-idle", "2"]
+    # One consumer process per command (on PostgreSQL the command would otherwise fork one per core): the first
+    # run is one consumer, the second exactly two competing ones.
+    options = ["--queues", queue.dlq, "--processes", "1", "--prefetch", "50", "--batch-seconds", "0.05"]
 
     publish(amqp_channel, queue, rows)
-    alone = consumers(*options, "--batch-size", "17")
+    alone = consumers(*options, "--batch-size", "17", "--exit-when-idle", "2")
     assert alone.wait() == 0, alone.output
+    assert summary(alone) == (len(rows), len(rows))
     single_filed, single_patterns = outcome()
     assert_counts_exact()
     forget_everything()
 
-    publish(amqp_channel, queue, list(reversed(rows)))
-    pair = [consumers(*options, "--batch-size", size) for size in ("11", "23")]
+    # Both consume before the first message dies, so the broker deals the stream out to the two of them (a
+    # consumer started after a prefilled queue was published could find it already drained by the other).
+    pair = [consumers(*options, "--batch-size", size, "--exit-when-idle", "10") for size in ("11", "23")]
+    for process in pair:
+        assert wait_until(partial(says, process, f"consuming {queue.dlq}"), timeout=60), process.output
+    assert all(process.alive() for process in pair)
+    publish(amqp_channel, queue, list(reversed(rows)), wait=False)
     assert [process.wait() for process in pair] == [0, 0], [process.output for process in pair]
     double_filed, double_patterns = outcome()
 
     assert len(single_filed) == len(double_filed) == len(rows)
     assert double_filed == single_filed
     assert double_patterns == single_patterns
-    assert all("received" in process.output and "0 database errors" in process.output for process in pair)
+    # Each of the two processes really took part of the stream, and between them they stored each message once.
+    counts = [summary(process) for process in pair]
+    assert all(received > 0 and new > 0 for received, new in counts), counts
+    assert sum(new for _, new in counts) == len(rows) <= sum(received for received, _ in counts), counts
     assert_counts_exact()
     assert queue_depth(queue.dlq) == 0
 
