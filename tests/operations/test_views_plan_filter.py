@@ -17,7 +17,8 @@ def test_ticked_ids_are_one_line_cut_short_and_all_sent_back(operator: User) -> 
     letters = many(25)
     ids = sorted(letter.pk for letter in letters)
 
-    html = client_for(operator).get("/operations/plan/", {"kind": "archive", "ids": ids}).content.decode()
+    query: dict[str, str | list[str]] = {"kind": "archive", "ids": [str(pk) for pk in ids]}
+    html = client_for(operator).get("/operations/plan/", query).content.decode()
 
     assert html.count("<dt>ids</dt>") == 1
     shown = ", ".join(str(pk) for pk in ids[:20]) + " … and 5 more"
