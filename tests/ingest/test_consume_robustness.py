@@ -11,6 +11,7 @@ shared server is never touched.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -27,6 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 from django.db.models import Sum
 
 from dlqconsole.core.amqp import connect
@@ -43,22 +45,28 @@ from tests.ingest.conftest import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
+log = logging.getLogger(__name__)
+
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 class Publisher(threading.Thread):
-    """Publishes messages to the work queue (the broker dead-letters each into the DLQ) in the background."""
+    """Publishes messages to the work queue (the broker dead-letters each into the DLQ) in the background, at most
+    `rate` a second when given (so that the flow lasts long enough for the kills the test must land in it)."""
 
-    def __init__(self, queue: DeadLetterQueue, count: int) -> None:
+    def __init__(self, queue: DeadLetterQueue, count: int, rate: float | None = None) -> None:
         super().__init__(daemon=True)
-        self.queue, self.count, self.published = queue, count, 0
+        self.queue, self.count, self.rate, self.published = queue, count, rate, 0
         self.error: Exception | None = None
 
     def run(self) -> None:
         amqp = connect()
+        started = time.monotonic()
         try:
             channel = amqp.channel()
             for index in range(self.count):
+                if self.rate and index % 100 == 0:
+                    time.sleep(max(0.0, started + index / self.rate - time.monotonic()))
                 channel.basic_publish(
                     exchange="",
                     routing_key=self.queue.work,
@@ -80,6 +88,16 @@ def stored_at_least(count: int) -> bool:
     return DeadLetter.objects.count() >= count
 
 
+def no_other_sessions() -> bool:
+    """No connection but the test's own is open on the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (others,) = cursor.fetchone()
+    return bool(others == 0)
+
+
 def assert_exactly_once(queue: str, count: int) -> None:
     assert DeadLetter.objects.filter(source_queue=queue).count() == count
     assert DeadLetter.objects.values("dedupe_key").distinct().count() == count
@@ -96,31 +114,46 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(
     dead_letter_queue: DeadLetterQueue, consume_dlq: Callable[..., ConsumerProcess], processes: str
 ) -> None:
     """With two processes, SIGKILL hits the parent and both consumer processes at once (as the OOM killer or
-    a stopped container would), so batches are cut in the middle in every process."""
-    total = 20_000
+    a stopped container would), so batches are cut in the middle in every process.
+
+    The dead letters flow in over about 40 s (500 a second: slower than either consumer drains them, so that the
+    flow outlasts many restarts), and consume_dlq is started, left running for a random 0.1 to 1.5 s once every
+    process consumes, and killed, again and again for as long as they flow and until at least 5 kills have
+    landed in the middle of ingest: rows stored by that run before the kill, and not all of them after it."""
+    total, wanted = 20_000, 5
     randomness = random.Random()
-    publisher = Publisher(dead_letter_queue, total)
+    publisher = Publisher(dead_letter_queue, total, rate=500)
     publisher.start()
-    kills = 0
-    progress = []
-    while kills < 5 or publisher.is_alive():
+    kills: list[tuple[int, int, int]] = []  # rows stored when the run began consuming, just before, just after
+    mid_ingest = 0
+    while mid_ingest < wanted or publisher.is_alive():
+        assert len(kills) < 60, f"only {mid_ingest} of {len(kills)} kills landed mid-ingest: {kills}"
         consumer = consume_dlq("--queues", dead_letter_queue.dlq, "--batch-size", "200", "--processes", processes)
-        assert wait_until(partial(logged, consumer, "consuming ", int(processes)), timeout=60)
-        time.sleep(randomness.uniform(0.3, 2.0))
+        assert wait_until(partial(logged, consumer, "consuming ", int(processes)), timeout=60), consumer.output
+        began = DeadLetter.objects.count()
+        time.sleep(randomness.uniform(0.1, 1.5))
+        before = DeadLetter.objects.count()
         consumer.kill_tree()
         consumer.wait(timeout=30)
-        kills += 1
-        progress.append(DeadLetter.objects.count())
+        # A commit the killed processes sent is still carried out by their server processes: count once these
+        # are gone, so `after` is what the kill left.
+        assert wait_until(no_other_sessions, timeout=30)
+        after = DeadLetter.objects.count()
+        kills.append((began, before, after))
+        if began < before and after < total:
+            mid_ingest += 1
+        elif not publisher.is_alive() and after >= total:
+            break  # everything is stored: no later kill can land mid-ingest (the assertion below says so)
     publisher.join()
+    log.info("%d SIGKILLs, %d of them mid-ingest: %s", len(kills), mid_ingest, kills)
     assert publisher.error is None and publisher.published == total
+    # Kills fell while ingest was under way, at least five of them, not only before or after it.
+    assert mid_ingest >= wanted, kills
     assert wait_until(lambda: queue_depth(dead_letter_queue.dlq) + DeadLetter.objects.count() >= total)
 
     last = consume_dlq("--queues", dead_letter_queue.dlq, "--exit-when-idle", "3")
 
     assert last.wait(timeout=300) == 0
-    assert kills >= 5
-    # Kills fell while ingest was under way, not only before or after it.
-    assert any(0 < stored < total for stored in progress)
     assert_exactly_once(dead_letter_queue.dlq, total)
 
 
