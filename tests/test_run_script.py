@@ -96,3 +96,15 @@ def test_with_env_example_as_env_make_run_still_creates_its_local_database(tmp_p
         assert "CREATE DATABASE dlqconsole" in (root / "psql-calls").read_text()
     else:
         assert "DATABASE_URL" not in started
+
+
+def test_the_consoles_celery_runs_on_a_vhost_of_its_own_on_the_broker_of_amqp_url(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"")
+
+    default = started_with(run(root))
+    remote = started_with(run(root, AMQP_URL="amqps://svc:s3cret@rabbit.internal:5671/shop"))
+    chosen = started_with(run(root, CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672/mine"))
+
+    assert default["CELERY_BROKER_URL"] == "amqp://guest:guest@localhost:5672/dlqconsole"
+    assert remote["CELERY_BROKER_URL"] == "amqps://svc:s3cret@rabbit.internal:5671/dlqconsole"
+    assert chosen["CELERY_BROKER_URL"] == "amqp://guest:guest@127.0.0.1:5672/mine"

@@ -31,6 +31,8 @@ import pika
 import pika.exceptions
 from pika import spec
 
+from dlqconsole.core import replay_guard
+
 logger = logging.getLogger(__name__)
 
 CONFIRMED = "confirmed"
@@ -143,6 +145,10 @@ class ConfirmedPublisher:
         self._tick_timer: Any = None
         self._last_progress = time.monotonic()
         self.error = ""
+        # Why each (exchange, routing key) published to is refused ("" when it is not), asked once per
+        # destination: a replay never reaches the console's own Celery queues (core/replay_guard.py).
+        self._shared_vhost = replay_guard.parameters_share_celery_vhost(parameters)
+        self._refusals: dict[tuple[str, str], str] = {}
 
     # Connection lifecycle -------------------------------------------------------------------------------------
 
@@ -315,6 +321,10 @@ class ConfirmedPublisher:
                     self._pump_timer = self._connection.ioloop.call_later(wait, self._pump)
                     return
             self._queue.popleft()
+            refused = self._refusal(message)
+            if refused:
+                self._outcomes.append(Outcome(message.key, UNSENDABLE, f"refused: {refused}"))
+                continue
             published_at = time.time()
             try:
                 self._channel.basic_publish(
@@ -333,6 +343,15 @@ class ConfirmedPublisher:
                 return
             self._next_tag += 1
             self._outstanding[self._next_tag] = (message, published_at)
+
+    def _refusal(self, message: Message) -> str:
+        destination = (message.exchange, message.routing_key)
+        refused = self._refusals.get(destination)
+        if refused is None:
+            refused = self._refusals[destination] = replay_guard.refusal(
+                message.exchange, message.routing_key, shared_vhost=self._shared_vhost
+            )
+        return refused
 
     def _on_return(
         self, channel: Any, method: spec.Basic.Return, properties: spec.BasicProperties, body: bytes

@@ -10,7 +10,7 @@ import pika
 from django.conf import settings
 from pika.exceptions import ChannelClosedByBroker
 
-from dlqconsole.core import jsonsafe
+from dlqconsole.core import jsonsafe, replay_guard
 from dlqconsole.core.amqp import connect
 from dlqconsole.ingest.envelope import PROPERTY_NAMES
 
@@ -47,6 +47,12 @@ def retry_destination(*, exchange: str, routing_keys: list[Any], queue: str) -> 
     if queue:
         return Destination(exchange="", routing_key=queue, queue=queue)
     return None
+
+
+def refused_destination(destination: Destination) -> str:
+    """Why no replay or move may go to `destination` ("" when it may): the console's own Celery queues."""
+    refused = replay_guard.refusal(destination.exchange, destination.routing_key, queue=destination.queue)
+    return f"refused: {refused}" if refused else ""
 
 
 def move_destination(*, target_queue: str, target_exchange: str, target_routing_key: str) -> Destination:

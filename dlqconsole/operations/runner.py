@@ -68,6 +68,7 @@ from dlqconsole.operations.destinations import (
     Destination,
     check_destinations,
     move_destination,
+    refused_destination,
     replay_properties,
     retry_destination,
 )
@@ -735,11 +736,16 @@ class OperationRunner:
         )
 
     def _destination_problems(self, destinations: set[Destination]) -> dict[Destination, str]:
-        """Missing exchanges, checked once per run: publishing to one would close the channel for everybody.
+        """The console's own Celery queues (never a destination, whatever a dead letter says) and missing
+        exchanges, checked once per run: publishing to one would close the channel for everybody.
 
         A missing queue is left to the broker: the message comes back (mandatory) and is marked failed.
         """
         unknown = {destination for destination in destinations if destination not in self.destination_problems}
+        for destination in list(unknown):
+            if refused := refused_destination(destination):
+                self.destination_problems[destination] = refused
+                unknown.discard(destination)
         if unknown:
             exchanges = {Destination(exchange=d.exchange, routing_key=d.routing_key) for d in unknown if d.exchange}
             try:

@@ -29,7 +29,13 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.services import add_counts
 from dlqconsole.operations import routing
 from dlqconsole.operations.counts import CountedRow, count_status_change
-from dlqconsole.operations.destinations import Destination, check_destinations, move_destination, retry_destination
+from dlqconsole.operations.destinations import (
+    Destination,
+    check_destinations,
+    move_destination,
+    refused_destination,
+    retry_destination,
+)
 from dlqconsole.operations.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -143,6 +149,12 @@ def plan_operation(
         raise OperationError(f"only a move takes a target; a {kind} does not")
     if target_routing_key and not target_exchange:
         raise OperationError("a routing key goes with a target exchange")
+    if kind == OperationKind.MOVE:
+        target = move_destination(
+            target_queue=target_queue, target_exchange=target_exchange, target_routing_key=target_routing_key
+        )
+        if refused := refused_destination(target):
+            raise OperationError(f"cannot move there: {refused.removeprefix('refused: ')}")
     rate = rate.strip()
     if rate:
         if kind not in PUBLISHING_KINDS:
@@ -297,13 +309,20 @@ def _find_unreplayable(operation: Operation) -> None:
     reasons: Counter[str] = Counter()
     reasons[NO_DESTINATION] = groups.pop(None, 0)
     state: dict[str, tuple[int, int]] = {}
+    refused = {
+        destination: reason
+        for destination in groups
+        if destination is not None and (reason := refused_destination(destination))
+    }
     try:
         problems = check_destinations(
-            {destination for destination in groups if destination is not None}, queue_state=state
+            {destination for destination in groups if destination is not None and destination not in refused},
+            queue_state=state,
         )
     except Exception as error:  # noqa: BLE001  (a plan is still useful without the broker's view)
         operation.last_error = f"could not check the destinations on RabbitMQ: {error}"[:2000]
         problems = {}
+    problems.update(refused)
     operation.breakdown["bindings"] = _check_bindings(
         [destination for destination in groups if destination is not None and destination.exchange], problems
     )

@@ -1,0 +1,96 @@
+"""Destinations a replay or move must never reach: the console's own Celery queues and exchanges.
+
+Everything in a dead letter is untrusted. Anyone with publish rights on a vhost can put a message in a DLQ whose
+x-death names any exchange and routing key, with Celery's `task` and `id` headers. Replayed into a queue the
+console's own workers consume, it would run as one of the console's tasks. So, on every vhost, the names the
+console's Celery uses (its task queues, their exchanges) are refused as destinations, since a second deployment's
+console may sit on any vhost. On the vhost of CELERY_BROKER_URL, Celery's remote-control and event exchanges and
+queues (`celery.pidbox`, `reply.celery.pidbox`, `celeryev`, `<worker>.celery.pidbox`, `celeryev.<id>`) are refused
+too: a forged broadcast there would command the console's workers. A user's own Celery queues (`celery`, `orders`,
+...) stay valid targets: replaying the users' Celery tasks is what the console is for.
+
+The plan lists such dead letters as not replayable, and the publisher refuses them again (`refusal`).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit
+
+import pika
+from django.conf import settings
+
+# RabbitMQ takes "amq.default" as another name for the default exchange ("").
+DEFAULT_EXCHANGE_NAMES = frozenset({"", "amq.default"})
+
+
+def console_names() -> frozenset[str]:
+    """The queues and exchanges of the console's own Celery: the default and control queues, every queue in
+    CELERY_TASK_QUEUES and CELERY_TASK_ROUTES, and their exchanges."""
+    names = {settings.CELERY_TASK_DEFAULT_QUEUE, settings.DLQ_CONTROL_QUEUE}
+    for queue in getattr(settings, "CELERY_TASK_QUEUES", None) or ():
+        names.add(str(queue.name))
+        if queue.exchange is not None:
+            names.add(str(queue.exchange.name))
+    for route in (getattr(settings, "CELERY_TASK_ROUTES", None) or {}).values():
+        if isinstance(route, dict):
+            names.add(str(route.get("queue", "")))
+    return frozenset(name for name in names if name)
+
+
+def _control_exchanges() -> tuple[str, str, str]:
+    namespace = getattr(settings, "CELERY_CONTROL_EXCHANGE", None) or "celery"
+    events = getattr(settings, "CELERY_EVENT_EXCHANGE", None) or "celeryev"
+    return f"{namespace}.pidbox", f"reply.{namespace}.pidbox", events
+
+
+def _is_control_name(name: str) -> bool:
+    pidbox, reply, events = _control_exchanges()
+    return (
+        name in (pidbox, reply, events) or name.endswith((f".{pidbox}", f".{reply}")) or name.startswith(f"{events}.")
+    )
+
+
+def vhost_of(url: str) -> tuple[str, int, str] | None:
+    """(scheme, port, vhost) of an AMQP URL, None for another transport (a Redis broker shares nothing)."""
+    parts = urlsplit(url.split(";", 1)[0].strip())
+    if parts.scheme not in ("amqp", "amqps", "pyamqp", "librabbitmq"):
+        return None
+    secure = parts.scheme == "amqps"
+    try:
+        port = parts.port or (5671 if secure else 5672)
+    except ValueError:
+        port = 5671 if secure else 5672
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    return ("amqps" if secure else "amqp"), port, vhost
+
+
+def shares_celery_vhost(amqp_url: str | None = None) -> bool:
+    """Whether `amqp_url` (AMQP_URL by default) may be the vhost of the console's Celery. Host names are not
+    compared: one broker answers to several names (localhost, 127.0.0.1, a DNS alias), and a wrong "no" here
+    would open the console's control exchanges. The same vhost name on the same port counts as shared."""
+    ours = vhost_of(amqp_url or settings.AMQP_URL)
+    return ours is not None and ours == vhost_of(settings.CELERY_BROKER_URL)
+
+
+def parameters_share_celery_vhost(parameters: pika.ConnectionParameters) -> bool:
+    """shares_celery_vhost for the parameters a connection was opened with."""
+    scheme = "amqps" if parameters.ssl_options is not None else "amqp"
+    return (scheme, parameters.port, parameters.virtual_host) == vhost_of(settings.CELERY_BROKER_URL)
+
+
+def refusal(exchange: str, routing_key: str, *, queue: str = "", shared_vhost: bool | None = None) -> str:
+    """Why a publish to `exchange` with `routing_key` (expected to reach `queue`) is refused; "" when it is not."""
+    shared = shares_celery_vhost() if shared_vhost is None else shared_vhost
+    owned = console_names()
+    direct = exchange in DEFAULT_EXCHANGE_NAMES
+    targets = [name for name in (queue, routing_key if direct else "") if name]
+    for name in targets:
+        if name in owned:
+            return f"queue {name!r} is one of the console's own Celery queues"
+    if not direct and exchange in owned:
+        return f"exchange {exchange!r} is one of the console's own Celery exchanges"
+    if shared:
+        for name in [*targets, "" if direct else exchange]:
+            if name and _is_control_name(name):
+                return f"{name!r} is Celery's remote control or event channel on the console's own vhost"
+    return ""
