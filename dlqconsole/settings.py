@@ -282,9 +282,11 @@ DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimu
 DLQ_CONSUMER_HEARTBEAT_FILE = env_str("DLQ_CONSUMER_HEARTBEAT_FILE", str(VAR_DIR / "consume_dlq.alive"))
 # Consumer processes per consume_dlq (0: one per core, at most 4, on PostgreSQL; one on SQLite).
 DLQ_CONSUMER_PROCESSES = env_int("DLQ_CONSUMER_PROCESSES", 0, minimum=0)
-# Bodies larger than this are stored whole all the same (nothing is lost); the limit only marks them as large
-# so pages show a preview instead of rendering megabytes.
+# Pages show at most this much of a body (the rest is a download away) instead of rendering megabytes.
 DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024)
+# A body larger than this is stored cut to this size, with its full size and SHA-256 in parse_errors, and cannot be
+# replayed (the message sent would not be the one that died): one flood of huge messages must not fill the database.
+DLQ_MAX_BODY_BYTES = env_int("DLQ_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
 DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1)
 # Operations (bulk retry / move / archive / restore / purge): dead letters per chunk (at most this many are in
 # flight, so at most this many can be published twice if a worker dies), unconfirmed publishes in the window,

@@ -152,11 +152,24 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
 class DeadLetter(models.Model):
     """One dead-lettered message, exactly as the broker delivered it, plus what we parsed out of it."""
 
-    # Identity: a hash of the message id (or the body and properties when there is none) and the death history,
-    # so a redelivered copy of the same dead letter is one row while the same message dying again is another.
+    # Identity: a hash of everything the broker delivered (queue, properties, headers with the death history, body),
+    # so a redelivered copy of the same dead letter is one row while the same message dying again is another. A
+    # first delivery (not marked redelivered) is never dropped: one whose hash is stored already is a further
+    # occurrence, keyed "<hash>:<random>" and linked to the first by identical_to (see ingest/services.py).
     # Unique through a constraint in Meta rather than unique=True: on PostgreSQL that would add a second,
     # LIKE-friendly index that no query uses and every ingested row pays for.
-    dedupe_key = models.CharField(max_length=64)
+    dedupe_key = models.CharField(max_length=80)
+    # The first stored dead letter identical to this one in every byte, when this is a further occurrence. No
+    # database constraint: purging the first must not touch (or scan for) its copies; a link may outlive it.
+    identical_to = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="identical_copies",
+    )
     source_queue = models.CharField(max_length=255)
     original_queue = models.CharField(max_length=255, blank=True)
     original_exchange = models.CharField(max_length=255, blank=True)
@@ -186,7 +199,10 @@ class DeadLetter(models.Model):
     properties = models.JSONField(default=dict)
     x_death = models.JSONField(default=list)
     body = models.BinaryField()
+    # The size of the body as delivered; larger than `body` when the body was cut at DLQ_MAX_BODY_BYTES.
     body_size = models.IntegerField(default=0)
+    # Cut at ingest (its full size and hash are in parse_errors): a replay would send a different message.
+    body_truncated = models.BooleanField(default=False)
     # Problems met while parsing the envelope; the message is stored all the same.
     parse_errors = models.JSONField(default=list)
     fingerprint = models.CharField(max_length=64)
@@ -225,6 +241,12 @@ class DeadLetter(models.Model):
             ),
             # Lookups by message id (filters, boomerang linking).
             models.Index(fields=["message_id"], name="deadletter_message_id"),
+            # A dead letter's page lists its identical copies; only copies are in this index.
+            models.Index(
+                fields=["identical_to"],
+                name="deadletter_identical_to",
+                condition=models.Q(identical_to__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -76,6 +76,7 @@ class Delivery:
     delivery_tag: int
     properties: pika.BasicProperties
     body: bytes
+    redelivered: bool = False
     letter: ParsedDeadLetter | None = None
 
 
@@ -291,7 +292,7 @@ class DeadLetterConsumer:
     ) -> None:
         if not self.buffer:
             self.batch_started_at = self.clock()
-        self.buffer.append(Delivery(queue, channel, method.delivery_tag, properties, body))
+        self.buffer.append(Delivery(queue, channel, method.delivery_tag, properties, body, bool(method.redelivered)))
         self.last_activity = self.clock()
 
     def on_cancelled(self, queue: str, frame: Any) -> None:
@@ -370,7 +371,14 @@ class DeadLetterConsumer:
 
     def submit(self) -> None:
         """Hand the next batch (or the one a database error sent back) to the writer."""
-        if not self.batch:
+        if self.batch:
+            # A batch sent back by a database error may have been committed all the same (the connection died
+            # during the commit): written again, each of its messages is a redelivery, counted once.
+            for delivery in self.batch:
+                delivery.redelivered = True
+                if delivery.letter is not None:
+                    delivery.letter.redelivered = True
+        else:
             self.batch, self.buffer = self.buffer[: self.batch_size], self.buffer[self.batch_size :]
             if self.buffer:
                 self.batch_started_at = self.clock()
@@ -386,7 +394,11 @@ class DeadLetterConsumer:
         for delivery in deliveries:
             if delivery.letter is None:
                 delivery.letter = parse_envelope(
-                    source_queue=delivery.queue, body=delivery.body, properties=delivery.properties, now=now
+                    source_queue=delivery.queue,
+                    body=delivery.body,
+                    properties=delivery.properties,
+                    now=now,
+                    redelivered=delivery.redelivered,
                 )
 
     def collect(self, *, wait: bool = False) -> None:

@@ -143,10 +143,26 @@ class ParsedDeadLetter:
     # dicts after parsing must clear these.
     headers_json: str = field(default="", repr=False)
     properties_json: str = field(default="", repr=False)
+    # The broker's redelivered flag: only a redelivered copy whose hash is stored already is a duplicate; a first
+    # delivery is always stored (a further occurrence of identical content is linked by identical_to).
+    redelivered: bool = False
+    identical_to: int | None = None
+    # Cut at DLQ_MAX_BODY_BYTES: `body` holds the first part, `body_size` the size delivered.
+    body_truncated: bool = False
+    body_size: int = 0
+
+    @property
+    def content_hash(self) -> str:
+        """The hash of everything delivered; dedupe_key is this, or this and an occurrence suffix."""
+        return self.dedupe_key[:64]
 
 
-def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.datetime) -> ParsedDeadLetter:
-    """Turn one delivery (pika BasicProperties and body) into a ParsedDeadLetter. Never raises."""
+def parse_envelope(
+    *, source_queue: str, body: bytes, properties: Any, now: dt.datetime, redelivered: bool = False
+) -> ParsedDeadLetter:
+    """Turn one delivery (pika BasicProperties and body) into a ParsedDeadLetter. Never raises.
+
+    `redelivered` is the broker's flag on the delivery (see ParsedDeadLetter.redelivered)."""
     names = _header_names()
     try:
         # All steps at once: the common case, and the cheap one (this runs for every ingested message).
@@ -165,7 +181,25 @@ def parse_envelope(*, source_queue: str, body: bytes, properties: Any, now: dt.d
             {key: value for key, value in parsed.headers.items() if key.lower() not in DELIVERY_ANNOTATIONS}
         )
     parsed.dedupe_key = _identity_hash(source_queue, parsed.properties_json, identity, parsed.body)
+    parsed.redelivered = redelivered
+    parsed.body_size = len(parsed.body)
+    if parsed.body_size > names.max_body:
+        _cut_body(parsed, names.max_body)
     return parsed
+
+
+def _cut_body(parsed: ParsedDeadLetter, limit: int) -> None:
+    """Keep the first `limit` bytes of a body over DLQ_MAX_BODY_BYTES, with its size and hash in parse_errors.
+
+    Its identity (the dedupe key) is the whole body's. Such a dead letter cannot be replayed: the message sent
+    would not be the one that died."""
+    digest = hashlib.sha256(parsed.body).hexdigest()
+    parsed.parse_errors.append(
+        f"the body is {parsed.body_size:,} bytes, over DLQ_MAX_BODY_BYTES ({limit:,}): the first {limit:,} bytes are "
+        f"kept (sha256 of the whole body {digest}); it cannot be replayed"
+    )
+    parsed.body = parsed.body[:limit]
+    parsed.body_truncated = True
 
 
 def _parse(
@@ -208,6 +242,7 @@ class HeaderNames:
     replay_count: str
     replay_count_lower: str
     replayed_from: str
+    max_body: int
 
 
 _header_names_cache: tuple[object, HeaderNames] | None = None
@@ -237,6 +272,7 @@ def _header_names() -> HeaderNames:
         replay_count=settings.DLQ_REPLAY_COUNT_HEADER,
         replay_count_lower=settings.DLQ_REPLAY_COUNT_HEADER.lower(),
         replayed_from=settings.DLQ_REPLAYED_FROM_HEADER.lower(),
+        max_body=settings.DLQ_MAX_BODY_BYTES,
     )
     _header_names_cache = (getattr(settings, "_wrapped", None), names)
     return names

@@ -1,5 +1,13 @@
 """Write parsed dead letters to the database: idempotent, one transaction per batch, counters kept exact.
 
+Identity: a dead letter's dedupe key is the hash of everything the broker delivered. A delivery the broker marks
+redelivered whose hash is stored already is the same dead letter coming back (after a crash between our commit and
+our ack) and is counted as a duplicate. A first delivery is never dropped: when its hash is stored already (two
+messages identical in every byte, or a copy from at-least-once dead-lettering) it is stored as a further occurrence,
+keyed "<hash>:<random>" and linked to the first by identical_to. What stays ambiguous: a redelivered copy whose hash
+is stored because an identical message was stored, not this one (identical copies in flight together at a crash);
+it is counted as a duplicate.
+
 Concurrency: several consume_dlq processes may ingest into the same tables at once. Inserts are idempotent
 through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
 counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
@@ -13,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import secrets
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +30,8 @@ from typing import Any
 
 import psycopg
 from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Left
 from django.utils import timezone
 
 from dlqconsole.deadletters.grouping import assign_patterns
@@ -71,6 +82,7 @@ COLUMNS = (
     "x_death",
     "body",
     "body_size",
+    "body_truncated",
     "parse_errors",
     "fingerprint",
     "pattern_id",
@@ -79,6 +91,7 @@ COLUMNS = (
     "replay_count",
     "retry_exhausted",
     "previous_id",
+    "identical_to_id",
 )
 ROWS_PER_STATEMENT = 200
 
@@ -94,24 +107,65 @@ class IngestResult:
 
 
 def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None = None) -> IngestResult:
-    """Store a batch of dead letters in one transaction. Duplicates (same dedupe key) are skipped, so a batch
-    redelivered after a crash between commit and ack changes nothing but the duplicate counter.
+    """Store a batch of dead letters in one transaction. A redelivered copy of a stored dead letter is skipped, so
+    a batch redelivered after a crash between commit and ack changes nothing but the duplicate counter; a first
+    delivery is always stored (see the module docstring).
 
     Also adds the batch to the per-queue IngestStat totals (received, inserted, duplicates, malformed) in the
     same transaction."""
     if not letters:
         return IngestResult(received=0, inserted=0)
     now = now or timezone.now()
-    # The same delivery twice in one batch would make the INSERT touch one key twice; sorted so that
-    # concurrent batches wait for each other's keys in the same order.
-    unique = sorted({letter.dedupe_key: letter for letter in letters}.values(), key=lambda letter: letter.dedupe_key)
+    batch = _keyed(letters)
+    # PostgreSQL first tries a plain COPY, which fails as a whole when any key is stored already. Elsewhere (SQLite)
+    # the stored keys are looked up first: an INSERT ... ON CONFLICT DO NOTHING alone would drop a first delivery.
     try:
-        inserted = _store(letters, unique, now=now, direct=True)
+        inserted = _store(letters, batch, now=now, direct=connection.vendor == "postgresql")
     except _KeyTaken:
-        # Some of these dead letters are stored already (redelivered after a crash, or written by a concurrent
-        # consumer): do the batch again the slower way that skips what exists.
-        inserted = _store(letters, unique, now=now, direct=False)
+        # Some of these dead letters are stored already (redelivered after a crash, identical to a stored one, or
+        # written by a concurrent consumer): do the batch again the slower way that looks first.
+        inserted = _store(letters, batch, now=now, direct=False)
     return IngestResult(received=len(letters), inserted=len(inserted))
+
+
+def _keyed(letters: Sequence[ParsedDeadLetter]) -> list[ParsedDeadLetter]:
+    """The batch with each letter keyed by its content hash, and a further letter of the same content keyed apart
+    (identical messages in one batch are several dead letters), sorted by key so that concurrent batches wait for
+    each other's keys in the same order. Keys are set afresh: a batch written again after a database error starts
+    from its hashes."""
+    seen: set[str] = set()
+    for letter in letters:
+        letter.dedupe_key = letter.content_hash
+        letter.identical_to = None
+        if letter.dedupe_key in seen:
+            letter.dedupe_key = _occurrence_key(letter)
+        seen.add(letter.content_hash)
+    return sorted(letters, key=lambda letter: letter.dedupe_key)
+
+
+def _occurrence_key(letter: ParsedDeadLetter) -> str:
+    return f"{letter.content_hash}:{secrets.token_hex(6)}"
+
+
+def _settled(batch: list[ParsedDeadLetter]) -> list[ParsedDeadLetter]:
+    """The batch without redelivered copies of stored dead letters, and with first deliveries of stored content
+    made further occurrences of it."""
+    stored = _stored_ids({letter.content_hash for letter in batch})
+    kept = []
+    for letter in batch:
+        first = stored.get(letter.content_hash)
+        if first is None:
+            kept.append(letter)
+        elif not letter.redelivered:
+            if letter.dedupe_key == letter.content_hash:
+                letter.dedupe_key = _occurrence_key(letter)
+            letter.identical_to = first
+            kept.append(letter)
+    return sorted(kept, key=lambda letter: letter.dedupe_key)
+
+
+def _stored_ids(hashes: set[str]) -> dict[str, int]:
+    return dict(DeadLetter.objects.filter(dedupe_key__in=sorted(hashes)).values_list("dedupe_key", "pk"))
 
 
 def _count_delivery_limit_attempts(letters: Sequence[ParsedDeadLetter]) -> None:
@@ -136,22 +190,47 @@ class _KeyTaken(Exception):
 
 
 def _store(
-    letters: Sequence[ParsedDeadLetter], unique: list[ParsedDeadLetter], *, now: dt.datetime, direct: bool
+    letters: Sequence[ParsedDeadLetter], batch: list[ParsedDeadLetter], *, now: dt.datetime, direct: bool
 ) -> list[ParsedDeadLetter]:
     with transaction.atomic():
-        _count_delivery_limit_attempts(unique)
-        pattern_ids = assign_patterns(letters=unique, now=now)
-        previous_ids = _replayed_from(unique)
-        if connection.vendor != "postgresql":
-            inserted_keys = _insert(unique, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
-        elif direct:
-            inserted_keys = _copy_new(unique, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
-        else:
-            inserted_keys = _copy_insert(unique, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
-        inserted = [letter for letter in unique if letter.dedupe_key in inserted_keys]
+        _count_delivery_limit_attempts(batch)
+        if not direct:
+            batch = _settled(batch)
+        pattern_ids = assign_patterns(letters=batch, now=now)
+        inserted_keys = _write(batch, pattern_ids=pattern_ids, now=now, direct=direct)
+        if not direct:
+            # A first delivery whose key a concurrent consumer stored meanwhile (the same content on two consumers)
+            # is a further occurrence of it; a random key does not meet another.
+            missed = [letter for letter in batch if letter.dedupe_key not in inserted_keys and not letter.redelivered]
+            if missed:
+                stored = _stored_ids({letter.content_hash for letter in missed})
+                for letter in missed:
+                    letter.dedupe_key = _occurrence_key(letter)
+                    letter.identical_to = stored.get(letter.content_hash)
+                inserted_keys |= _write(missed, pattern_ids=pattern_ids, now=now, direct=False)
+        inserted = [letter for letter in batch if letter.dedupe_key in inserted_keys]
+        _link_copies_in_batch(inserted)
         _count_arrivals(inserted, pattern_ids=pattern_ids, now=now)
         _add_stats(letters, inserted, now=now)
     return inserted
+
+
+def _write(letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], now: dt.datetime, direct: bool) -> set[str]:
+    """Insert the rows; the keys inserted (a direct COPY inserts all or raises _KeyTaken)."""
+    previous_ids = _replayed_from(letters)
+    if connection.vendor != "postgresql":
+        return _insert(letters, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+    if direct:
+        return _copy_new(letters, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+    return _copy_insert(letters, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+
+
+def _link_copies_in_batch(inserted: list[ParsedDeadLetter]) -> None:
+    """Link the further occurrences whose first one came in the same batch (their id was not known before)."""
+    keys = [letter.dedupe_key for letter in inserted if letter.identical_to is None and ":" in letter.dedupe_key]
+    if keys:
+        first = DeadLetter.objects.filter(dedupe_key=Left(OuterRef("dedupe_key"), 64)).values("pk")[:1]
+        DeadLetter.objects.filter(dedupe_key__in=keys).update(identical_to_id=Subquery(first))
 
 
 def _row(
@@ -188,7 +267,8 @@ def _row(
         letter.properties_json or json.dumps(letter.properties),
         json.dumps(letter.x_death),
         letter.body,
-        len(letter.body),
+        max(letter.body_size, len(letter.body)),
+        letter.body_truncated,
         json.dumps(letter.parse_errors) if letter.parse_errors else "[]",
         letter.fingerprint,
         pattern_ids[letter.fingerprint],
@@ -197,6 +277,7 @@ def _row(
         letter.replay_count,
         False,
         previous_ids.get(letter.dedupe_key),
+        letter.identical_to,
     )
 
 

@@ -89,7 +89,14 @@ def _schedule(ids: list[int], *, now: dt.datetime) -> int:
         return 0
     candidates = list(
         DeadLetter.objects.select_for_update(no_key=True)
-        .filter(pk__in=ids, status=DeadLetterStatus.PARKED, next_retry_at__isnull=True, retry_exhausted=False)
+        # A body cut at ingest cannot be replayed (the message would not be the one that died).
+        .filter(
+            pk__in=ids,
+            status=DeadLetterStatus.PARKED,
+            next_retry_at__isnull=True,
+            retry_exhausted=False,
+            body_truncated=False,
+        )
         .order_by("pk")
         .values_list("pk", "source_queue", "original_queue", "failure_reason", "pattern_id", "replay_count")
     )

@@ -115,8 +115,11 @@ LETTER_FIELDS = (
     "properties",
     "body",
     "replay_count",
+    "body_truncated",
 )
 BUSY = "another operation is publishing it right now"
+# A body over DLQ_MAX_BODY_BYTES was stored cut: what a replay would send is not the message that died.
+CUT_BODY = "its body was cut at ingest (over DLQ_MAX_BODY_BYTES): a replay would send a different message"
 # A dead letter whose publish fails becomes "failed" (waiting, retried by a policy) only when it was waiting: one
 # already replayed or moved, sent again and refused, keeps its status; the failure is on the operation's item.
 # Else a second replay that could not be routed would make a delivered message wait for redelivery.
@@ -145,6 +148,7 @@ class _Letter:
     properties: Any
     body: bytes
     replay_count: int
+    body_truncated: bool
 
 
 @dataclass
@@ -695,8 +699,12 @@ class OperationRunner:
                 else:
                     candidates.append(_Claimed(read.item_pk, read.status == ItemStatus.IN_FLIGHT, letter, destination))
             problems = self._destination_problems({entry.destination for entry in candidates})
-            failed = [entry for entry in candidates if problems.get(entry.destination)]
-            claimed = [entry for entry in candidates if not problems.get(entry.destination)]
+            reasons = {
+                entry.item_pk: CUT_BODY if entry.letter.body_truncated else problems.get(entry.destination, "")
+                for entry in candidates
+            }
+            failed = [entry for entry in candidates if reasons[entry.item_pk]]
+            claimed = [entry for entry in candidates if not reasons[entry.item_pk]]
 
             # Only items still as read are taken: pending ones (a cancel may have skipped some since the read, and
             # an item read twice is taken once), or leftovers still in flight.
@@ -709,7 +717,7 @@ class OperationRunner:
             )
             count_status_change([_counted(entry.letter) for entry in waiting], to_status=DeadLetterStatus.FAILED)
             _mark_items(
-                {entry.item_pk: problems[entry.destination] for entry in failed},
+                {entry.item_pk: reasons[entry.item_pk] for entry in failed},
                 status=ItemStatus.FAILED,
                 destinations={entry.item_pk: str(entry.destination) for entry in failed},
             )
@@ -721,7 +729,7 @@ class OperationRunner:
                 duplicates=F("duplicates") + sum(entry.resumed for entry in claimed),
                 heartbeat_at=now,
             )
-        error = problems[failed[-1].destination] if failed else ""
+        error = reasons[failed[-1].item_pk] if failed else ""
         return _Take(claimed=claimed, failed=len(failed), error=error, messages=self._messages(claimed))
 
     def _destination(self, operation: Operation, letter: _Letter) -> Destination | None:

@@ -47,7 +47,7 @@ from dlqconsole.operations.models import (
     OperationStatus,
     eligible_statuses,
 )
-from dlqconsole.operations.runner import delete_dead_letters, finalize_cancelled, run_operation
+from dlqconsole.operations.runner import CUT_BODY, delete_dead_letters, finalize_cancelled, run_operation
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +278,8 @@ def _breakdown(operation: Operation) -> dict[str, Any]:
 
 
 def _destination_groups(operation: Operation) -> Counter[Destination | None]:
+    """How many of the plan's dead letters go to each destination (None: nowhere known). Dead letters whose body
+    was cut at ingest are left out: they go nowhere (see _find_unreplayable)."""
     groups: Counter[Destination | None] = Counter()
     if operation.kind == OperationKind.MOVE:
         groups[
@@ -286,10 +288,11 @@ def _destination_groups(operation: Operation) -> Counter[Destination | None]:
                 target_exchange=operation.target_exchange,
                 target_routing_key=operation.target_routing_key,
             )
-        ] = operation.total
+        ] = _frozen(operation).filter(body_truncated=False).count()
     elif operation.kind in PUBLISHING_KINDS:
         rows = (
             _frozen(operation)
+            .filter(body_truncated=False)
             .values("original_exchange", "original_routing_keys", "original_queue")
             .annotate(n=Count("pk"))
         )
@@ -308,6 +311,7 @@ def _find_unreplayable(operation: Operation) -> None:
     groups = _destination_groups(operation)
     reasons: Counter[str] = Counter()
     reasons[NO_DESTINATION] = groups.pop(None, 0)
+    reasons[CUT_BODY] = _frozen(operation).filter(body_truncated=True).count()
     state: dict[str, tuple[int, int]] = {}
     refused = {
         destination: reason

@@ -25,6 +25,7 @@ from typing import Any
 import pika
 import psycopg
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from dlqconsole.core.amqp import connect
@@ -107,7 +108,12 @@ CASES = [
     Case("binary-body-declared-json", body=bytes(range(256)) * 8, problem="is not utf-8 text"),
     Case("latin-1-body", body="café crème".encode("latin-1"), properties={"content_type": "text/plain"},
          problem="is not utf-8 text"),
-    Case("twenty-megabyte-body", body=BIG_BODY, properties={"content_type": "application/octet-stream"}),
+    Case(
+        "twenty-megabyte-body",
+        body=BIG_BODY,
+        properties={"content_type": "application/octet-stream"},
+        problem="over DLQ_MAX_BODY_BYTES",
+    ),
     Case("empty-body", body=b"", problem="the body is empty"),
     Case("invalid-json", body=b'{"order": 1,,}', problem="the body is not valid JSON"),
     Case("deeply-nested-json", body=b"[" * 200_000 + b"]" * 200_000, problem="nested too deeply"),
@@ -175,6 +181,7 @@ class Stored:
     message_id: str
     body_size: int
     original_queue: str
+    body_truncated: bool
 
 
 @dataclass
@@ -221,8 +228,8 @@ def run(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.
             consumer.kill()
         with psycopg.connect(database_url) as database:
             found = database.execute(
-                "SELECT headers, body, parse_errors, error_type, error_message, message_id, body_size, original_queue "
-                "FROM deadletters_deadletter WHERE source_queue = %s",
+                "SELECT headers, body, parse_errors, error_type, error_message, message_id, body_size, original_queue, "
+                "body_truncated FROM deadletters_deadletter WHERE source_queue = %s",
                 [queues.dlq],
             ).fetchall()
             counters = database.execute(
@@ -262,8 +269,10 @@ def test_there_are_at_least_25_hostile_cases() -> None:
 def test_hostile_message_is_stored_whole_with_its_problem_recorded(run: Run, case: Case) -> None:
     stored = run.rows[case.name]
 
-    assert stored.body == case.body
+    # Whole, or (over DLQ_MAX_BODY_BYTES) its first part, with its size.
+    assert stored.body == case.body[: settings.DLQ_MAX_BODY_BYTES]
     assert stored.body_size == len(case.body)
+    assert stored.body_truncated == (len(case.body) > settings.DLQ_MAX_BODY_BYTES)
     if case.problem is None:
         assert stored.parse_errors == []
     else:
@@ -306,7 +315,9 @@ def test_non_utf_8_header_name_is_kept_as_bytes(run: Run) -> None:
     assert [{"$bytes": "eC3//g=="}, "value"] in headers["$map"]
 
 
-def test_twenty_megabyte_body_is_stored_whole(run: Run) -> None:
+def test_a_body_over_the_limit_is_stored_cut_with_its_size_and_hash(run: Run) -> None:
     stored = run.rows["twenty-megabyte-body"]
     assert stored.body_size == 20 * 1024 * 1024
-    assert hashlib.sha256(stored.body).digest() == hashlib.sha256(BIG_BODY).digest()
+    assert len(stored.body) == settings.DLQ_MAX_BODY_BYTES == 16 * 1024 * 1024
+    assert stored.body_truncated
+    assert f"sha256 of the whole body {hashlib.sha256(BIG_BODY).hexdigest()}" in stored.parse_errors[-1]

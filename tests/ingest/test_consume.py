@@ -274,6 +274,8 @@ def test_concurrent_batches_of_the_same_dead_letters_count_each_once(dead_letter
                 index, headers={"x-exception-type": f"Kind{index % 37}Error", "x-exception-message": "it failed"}
             ),
             now=now,
+            # Two consumers can only hold the same dead letter when one of them has a redelivered copy of it.
+            redelivered=True,
         )
         for index in range(300)
     ]
