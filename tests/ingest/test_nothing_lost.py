@@ -60,7 +60,7 @@ def test_rejected_expired_hostile_and_identical_dead_letters_are_all_stored(
     assert consumer.wait(timeout=300) == 0, consumer.output[-3000:]
 
     with psycopg.connect(subprocess_database_url()) as database:
-        reasons = dict(
+        reasons: dict[str, int] = dict(
             database.execute(
                 "SELECT death_reason, count(*) FROM deadletters_deadletter WHERE source_queue = %s GROUP BY 1",
                 [dead_letter_queue.dlq],
