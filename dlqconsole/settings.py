@@ -277,6 +277,10 @@ DLQ_QUEUES = env_list("DLQ_QUEUES", [])
 DLQ_CONSUMER_PREFETCH = env_int("DLQ_CONSUMER_PREFETCH", 1000, minimum=1)
 DLQ_CONSUMER_BATCH_SIZE = env_int("DLQ_CONSUMER_BATCH_SIZE", 500, minimum=1)
 DLQ_CONSUMER_BATCH_SECONDS = env_float("DLQ_CONSUMER_BATCH_SECONDS", 0.2, minimum=0.0)
+# Bytes of message bodies one consumer process holds at most (received, not yet acked, across all its queues): past
+# it, it stops reading until a batch is written. A batch is written at DLQ_CONSUMER_BATCH_BYTES of bodies at most.
+DLQ_CONSUMER_MAX_BYTES = env_int("DLQ_CONSUMER_MAX_BYTES", 256 * 1024 * 1024, minimum=1024 * 1024)
+DLQ_CONSUMER_BATCH_BYTES = env_int("DLQ_CONSUMER_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
 # consume_dlq touches this file every few seconds while it runs (docker compose's health check reads its age);
 # empty to switch it off.
 DLQ_CONSUMER_HEARTBEAT_FILE = env_str("DLQ_CONSUMER_HEARTBEAT_FILE", str(VAR_DIR / "consume_dlq.alive"))

@@ -13,6 +13,12 @@ and parsing the next (the database works on the other core). There is never more
 writer, and batches are taken from the buffer in delivery order, so acking a batch with multiple=True never
 covers a delivery that is not committed. On other databases (SQLite) the batch is written in the loop.
 
+Memory: every delivery received and not yet acked is held in this process, and a DLQ can hold messages of any
+size. The bodies held are counted; past DLQ_CONSUMER_MAX_BYTES the loop stops reading the connection (the broker
+keeps the rest; TCP flow control stops it sending) and writes what it holds, reading a little once a second only
+to keep heartbeats going, until an acked batch brings it under the budget again. A batch is written when it
+reaches the batch size or DLQ_CONSUMER_BATCH_BYTES of bodies, whichever comes first.
+
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
 redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
 kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
@@ -62,6 +68,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
 MISSING_RETRY_SECONDS = 5.0
+# Over the byte budget, the connection is read this often (about 100 KB a time, pika's read per event) so that
+# heartbeats keep it alive while the held deliveries are written.
+FULL_READ_SECONDS = 1.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
 # The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
 # Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
@@ -117,6 +126,8 @@ class DeadLetterConsumer:
         batch_size: int | None = None,
         batch_seconds: float | None = None,
         prefetch: int | None = None,
+        max_bytes: int | None = None,
+        batch_bytes: int | None = None,
         exit_when_idle: float | None = None,
         amqp_url: str | None = None,
         refresh_seconds: float = 5.0,
@@ -129,6 +140,8 @@ class DeadLetterConsumer:
         self.batch_size = batch_size or settings.DLQ_CONSUMER_BATCH_SIZE
         self.batch_seconds = settings.DLQ_CONSUMER_BATCH_SECONDS if batch_seconds is None else batch_seconds
         self.prefetch = prefetch or settings.DLQ_CONSUMER_PREFETCH
+        self.max_bytes = max_bytes or settings.DLQ_CONSUMER_MAX_BYTES
+        self.batch_bytes = batch_bytes or settings.DLQ_CONSUMER_BATCH_BYTES
         self.exit_when_idle = exit_when_idle
         self.amqp_url = amqp_url or settings.AMQP_URL
         self.refresh_seconds = refresh_seconds
@@ -140,6 +153,11 @@ class DeadLetterConsumer:
         # Channels whose consumer the broker cancelled (queue deleted): kept open until their deliveries are acked.
         self.retired: list[BlockingChannel] = []
         self.buffer: list[Delivery] = []
+        # Bytes of the bodies held: received and not acked (buffer and batch), and of those in the buffer.
+        self.held_bytes = 0
+        self.buffer_bytes = 0
+        self.next_full_read = 0.0
+        self.full_since: float | None = None
         # The batch handed to the writer (or kept after a database error until it can be written again).
         self.batch: list[Delivery] = []
         self.writing: Future[WriteResult] | None = None
@@ -293,6 +311,8 @@ class DeadLetterConsumer:
         if not self.buffer:
             self.batch_started_at = self.clock()
         self.buffer.append(Delivery(queue, channel, method.delivery_tag, properties, body, bool(method.redelivered)))
+        self.held_bytes += len(body)
+        self.buffer_bytes += len(body)
         self.last_activity = self.clock()
 
     def on_cancelled(self, queue: str, frame: Any) -> None:
@@ -306,8 +326,16 @@ class DeadLetterConsumer:
             self.retired.append(channel)
         self.missing.add(queue)
 
+    @property
+    def full(self) -> bool:
+        """Holding the byte budget or more: stop reading deliveries until a batch is acked."""
+        return self.held_bytes >= self.max_bytes
+
     def poll(self) -> None:
         assert self.connection is not None
+        if self.full:
+            self.read_while_full(self.connection)
+            return
         now = self.clock()
         if self.writing is not None:
             # Back soon to ack the batch being written.
@@ -320,6 +348,24 @@ class DeadLetterConsumer:
         else:
             limit = self.poll_seconds
         self.connection.process_data_events(time_limit=limit)
+
+    def read_while_full(self, connection: BlockingConnection) -> None:
+        """Over the byte budget: read the connection only once a FULL_READ_SECONDS (heartbeats), else wait a moment
+        for the writer."""
+        now = self.clock()
+        if self.full_since is None:
+            self.full_since = now
+            log.info(
+                "holding %.1f MB of dead letters, over DLQ_CONSUMER_MAX_BYTES (%.1f MB): reading paused until a "
+                "batch is written",
+                self.held_bytes / 2**20,
+                self.max_bytes / 2**20,
+            )
+        if now >= self.next_full_read:
+            self.next_full_read = now + FULL_READ_SECONDS
+            connection.process_data_events(time_limit=0)
+        else:
+            time.sleep(min(self.poll_seconds, 0.01))
 
     def on_broker_error(self, error: BaseException) -> None:
         self.stats.broker_errors += 1
@@ -346,6 +392,8 @@ class DeadLetterConsumer:
         self.writing = None
         self.batch = []
         self.buffer = []
+        self.held_bytes = self.buffer_bytes = 0
+        self.full_since = None
         self.retry_at = 0.0
 
     def drop_connection(self) -> None:
@@ -365,9 +413,23 @@ class DeadLetterConsumer:
             return False
         return (
             self.stopping
+            or self.full
             or len(self.buffer) >= self.batch_size
+            or self.buffer_bytes >= self.batch_bytes
             or self.clock() - self.batch_started_at >= self.batch_seconds
         )
+
+    def take_batch(self) -> list[Delivery]:
+        """The oldest deliveries of the buffer, up to the batch size or DLQ_CONSUMER_BATCH_BYTES (at least one)."""
+        count = size = 0
+        for delivery in self.buffer[: self.batch_size]:
+            if count and size + len(delivery.body) > self.batch_bytes:
+                break
+            count += 1
+            size += len(delivery.body)
+        batch, self.buffer = self.buffer[:count], self.buffer[count:]
+        self.buffer_bytes -= size
+        return batch
 
     def submit(self) -> None:
         """Hand the next batch (or the one a database error sent back) to the writer."""
@@ -379,7 +441,7 @@ class DeadLetterConsumer:
                 if delivery.letter is not None:
                     delivery.letter.redelivered = True
         else:
-            self.batch, self.buffer = self.buffer[: self.batch_size], self.buffer[self.batch_size :]
+            self.batch = self.take_batch()
             if self.buffer:
                 self.batch_started_at = self.clock()
         self.parse(self.batch)
@@ -413,7 +475,11 @@ class DeadLetterConsumer:
             return
         self.ack(self.batch)
         self.record(self.batch, written)
+        self.held_bytes -= sum(len(delivery.body) for delivery in self.batch)
         self.batch = []
+        if self.full_since is not None and not self.full:
+            log.info("reading again after %.1f s over the byte budget", self.clock() - self.full_since)
+            self.full_since = None
         self.database_backoff.reset()
         # Idle time counts from here: a slow batch is not a quiet queue.
         self.last_activity = self.clock()
@@ -539,7 +605,10 @@ class DeadLetterConsumer:
                 return
             if self.connection is not None and self.connection.is_open:
                 try:
-                    self.connection.process_data_events(time_limit=min(remaining, 0.2))
+                    if self.full:
+                        self.read_while_full(self.connection)
+                    else:
+                        self.connection.process_data_events(time_limit=min(remaining, 0.2))
                 except BROKER_ERRORS as error:
                     log.warning("RabbitMQ connection lost while waiting (%s)", error)
                     self.abandon()
