@@ -33,7 +33,7 @@ def record_peak(consumer: DeadLetterConsumer) -> list[int]:
         take(*arguments)
         held.append(consumer.held_bytes)
 
-    consumer.on_message = on_message  # type: ignore[method-assign]
+    consumer.on_message = on_message  # type: ignore[method-assign,assignment]
     return held
 
 
