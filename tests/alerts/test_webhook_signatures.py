@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -368,6 +370,25 @@ def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(admin_user: U
     verify(new, after)
     with pytest.raises(WebhookVerificationError):
         verify(old, after)
+
+
+# The documentation's own example -------------------------------------------------------------------------------
+
+
+def test_the_hmac_example_of_the_documentation_verifies_a_real_notification(
+    admin_user: User, receiver: Receiver
+) -> None:
+    docs = (Path(settings.BASE_DIR) / "docs" / "webhooks.md").read_text()
+    (example,) = [block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "import hmac" in block]
+    namespace: dict[str, Any] = {}
+    exec(example, namespace)  # the receiver's code exactly as the documentation gives it
+    channel, secret = make_channel(client_for(admin_user), name="signed", kind="webhook", target=receiver.url)
+    send_test(channel)
+    (request,) = receiver.received
+
+    assert namespace["verify"](secret, request.headers, request.raw) == request.body
+    with pytest.raises(ValueError, match="signature"):
+        namespace["verify"](secret, request.headers, request.raw.replace(b"info", b"crit"))
 
 
 # Channels made before signing ----------------------------------------------------------------------------------
