@@ -3,12 +3,16 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.html import format_html
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN
 from dlqconsole.alerts.models import PATTERN_SCOPED_KINDS, Alert, AlertRule, Channel, Notification, RuleKind
+from dlqconsole.alerts.views import reveal_signing_secret
 
 
 def rule_problems(*, kind: str, threshold: float | None, pattern: Any, queue: str) -> list[tuple[str, str]]:
@@ -78,7 +82,9 @@ class ChannelAdmin(AuditedModelAdmin[Channel]):
     view_role = ADMIN
     list_display = ["name", "kind", "enabled", "disabled_reason", "sent_count", "failed_count"]
     list_filter = ["kind", "enabled"]
+    # The signing secret is no field of the form (it is not editable): "signature" only says where to rotate it.
     readonly_fields = [
+        "signature",
         "sent_count",
         "failed_count",
         "failure_streak",
@@ -88,12 +94,32 @@ class ChannelAdmin(AuditedModelAdmin[Channel]):
         "notice_window_rules",
     ]
 
+    @admin.display(description="Signature")
+    def signature(self, obj: Channel) -> str:
+        if obj.pk is None:
+            return "Webhook and Slack-compatible channels get a signing secret, shown once after saving."
+        if not obj.is_signed:
+            return "E-mail is not signed."
+        return format_html(
+            "Signed with the channel's secret, shown once when the channel was made or its secret rotated. "
+            '<a href="{}">Rotate it on the channel\'s page</a> to see a new one.',
+            reverse("alerts:channel", args=[obj.pk]),
+        )
+
     def save_model(self, request: HttpRequest, obj: Channel, form: Any, change: bool) -> None:
         # An edit writes what the form edits: the tick may have moved the budget and counters since it was read.
         if change:
             obj.save(update_fields=[name for name in form.fields if name not in self.readonly_fields])
         else:
             obj.save()
+
+    def response_add(self, request: HttpRequest, obj: Channel, post_url_continue: str | None = None) -> HttpResponse:
+        # The secret is shown once, on the console's page of the new channel: the admin's own pages never show it.
+        if not obj.is_signed:
+            return super().response_add(request, obj, post_url_continue)
+        reveal_signing_secret(request, obj)
+        messages.success(request, "Channel added. Its signing secret is shown below, this once.")
+        return redirect("alerts:channel", pk=obj.pk)
 
 
 @admin.register(Alert)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.utils.crypto import salted_hmac
 
 from dlqconsole.alerts.notifiers import NOTIFIERS, notifier_choices
 from dlqconsole.alerts.notifiers.webhook import MASK
+from dlqconsole.alerts.signing import new_secret
 from dlqconsole.core.bidi import isolate
 
 if TYPE_CHECKING:
@@ -73,6 +75,9 @@ TARGET_SHORT_LENGTH = 72
 
 # What a person sets on a channel (the form, the admin); the rest (state, counters, budget) is the console's.
 CHANNEL_SETTINGS = ["name", "kind", "target"]
+# After a rotation the previous signing secret signs beside the new one for this long, so that receivers can be
+# given the new one without refusing notifications meanwhile (as Svix, the specification's origin, does).
+SIGNING_SECRET_OVERLAP = dt.timedelta(hours=24)
 
 
 class Channel(models.Model):
@@ -99,6 +104,12 @@ class Channel(models.Model):
     # The rules that have sent a notice in the window (each rule's first notice goes over the budget).
     notice_window_rules = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # The key of the signature on every notification of a signed kind (signing.py), made with the channel and shown
+    # once, when it is made or rotated. Not editable: no form, the admin's included, ever shows or takes it.
+    signing_secret = models.CharField(max_length=100, default=new_secret, editable=False)
+    # The secret before the last rotation, which signs too until previous_signing_secret_until.
+    previous_signing_secret = models.CharField(max_length=100, blank=True, editable=False)
+    previous_signing_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name", "id"]
@@ -110,6 +121,22 @@ class Channel(models.Model):
 
     def notifier(self) -> Notifier:
         return NOTIFIERS[self.kind](self)
+
+    @property
+    def is_signed(self) -> bool:
+        notifier = NOTIFIERS.get(self.kind)
+        return notifier is not None and notifier.signed
+
+    def signing_secrets(self, now: dt.datetime) -> list[str]:
+        """The secrets a notification sent now is signed with: the current one, and the previous one while the
+        overlap after a rotation lasts."""
+        if self.previous_signing_overlaps(now):
+            return [self.signing_secret, self.previous_signing_secret]
+        return [self.signing_secret]
+
+    def previous_signing_overlaps(self, now: dt.datetime) -> bool:
+        until = self.previous_signing_secret_until
+        return bool(self.previous_signing_secret) and until is not None and until > now
 
     @property
     def kind_label(self) -> str:
@@ -364,6 +391,9 @@ class Notification(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     # The digest a held notice went out in.
     digest = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="notices")
+    # Sent as the webhook-id header: the same on every attempt, so a receiver can drop a repeat. Random rather than
+    # the primary key, which a second console (staging beside production) posting to the same receiver would repeat.
+    webhook_id = models.UUIDField(default=uuid.uuid4, editable=False)
 
     class Meta:
         indexes = [
@@ -376,6 +406,11 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} to {self.channel_id}: {self.status}"
+
+    @property
+    def message_id(self) -> str:
+        """The webhook-id header's value."""
+        return f"msg_{self.webhook_id.hex}"
 
 
 class GrowthSample(models.Model):

@@ -28,6 +28,7 @@ from dlqconsole.alerts.models import (
     CHANNEL_SETTINGS,
     DIGESTED_KINDS,
     SEVERITY_RANK,
+    SIGNING_SECRET_OVERLAP,
     Alert,
     AlertRule,
     AlertStatus,
@@ -41,6 +42,7 @@ from dlqconsole.alerts.models import (
 )
 from dlqconsole.alerts.notifiers import NOTIFIERS, NotifierError
 from dlqconsole.alerts.notifiers.webhook import WebhookNotifier
+from dlqconsole.alerts.signing import new_secret
 from dlqconsole.deadletters.templatetags.charts import stamp
 
 logger = logging.getLogger(__name__)
@@ -746,9 +748,15 @@ def save_channel(*, channel: Channel, actor: Actor, attach_to_all_rules: bool = 
     """Create or update a channel; a new one can be attached to every existing rule at once."""
     creating = channel.pk is None
     with transaction.atomic():
+        fields = CHANNEL_SETTINGS
+        if not creating and channel.is_signed and not Channel.objects.get(pk=channel.pk).is_signed:
+            # An e-mail channel turned into a webhook starts signing with a fresh secret, so the one its page shows
+            # now has never been shown before (not even before an earlier turn to e-mail and back).
+            channel.signing_secret = new_secret()
+            fields = [*CHANNEL_SETTINGS, "signing_secret"]
         # An edit writes the form's fields only: the tick may have moved the channel's budget and counters since
         # the form was read, and saving the whole row would put the old values back.
-        channel.save(update_fields=None if creating else CHANNEL_SETTINGS)
+        channel.save(update_fields=None if creating else fields)
         if attach_to_all_rules:
             channel.rules.add(*AlertRule.objects.all())
         record_audit(
@@ -856,3 +864,32 @@ def send_test_notification(*, channel: Channel, actor: Actor) -> Notification:
         record_audit(actor=actor, action="alerts.channel.test", target=f"channel:{channel.pk}", detail=channel.name)
         _enqueue([notification.pk])
     return notification
+
+
+def rotate_signing_secret(*, channel: Channel, actor: Actor, now: dt.datetime | None = None) -> str:
+    """Give the channel a new signing secret and return it, for the page to show once. The old one keeps signing
+    beside it for SIGNING_SECRET_OVERLAP (a rotation within that time ends the older one's overlap at once). The
+    audit row says that the secret was rotated, never what it is. Raises ChannelError for a kind that is not
+    signed."""
+    if not channel.is_signed:
+        raise ChannelError(f"{channel.kind_label} notifications are not signed: there is no secret to rotate.")
+    now = now or timezone.now()
+    with transaction.atomic():
+        # Locked: of two rotations at once, the second keeps the first one's new secret (which its admin has just
+        # been shown) as the previous one, signing for the overlap, rather than dropping it unused.
+        locked = Channel.objects.select_for_update(no_key=True).get(pk=channel.pk)
+        locked.previous_signing_secret = locked.signing_secret
+        locked.previous_signing_secret_until = now + SIGNING_SECRET_OVERLAP
+        locked.signing_secret = new_secret()
+        locked.save(update_fields=["signing_secret", "previous_signing_secret", "previous_signing_secret_until"])
+        record_audit(
+            actor=actor,
+            action="alerts.channel.rotate_secret",
+            target=f"channel:{channel.pk}",
+            detail=f"{channel.name}: signing secret rotated; the previous one also signs until "
+            f"{stamp(locked.previous_signing_secret_until)}",
+        )
+    channel.signing_secret = locked.signing_secret
+    channel.previous_signing_secret = locked.previous_signing_secret
+    channel.previous_signing_secret_until = locked.previous_signing_secret_until
+    return locked.signing_secret

@@ -23,6 +23,7 @@ urlpatterns = [
     path("channels/<int:pk>/edit/", views.channel_edit, name="channel-edit"),
     path("channels/<int:pk>/test/", views.channel_test, name="channel-test"),
     path("channels/<int:pk>/send-open/", views.channel_send_open, name="channel-send-open"),
+    path("channels/<int:pk>/rotate-secret/", views.channel_rotate_secret, name="channel-rotate-secret"),
     path("channels/<int:pk>/enable/", views.channel_enable, name="channel-enable"),
     path("channels/<int:pk>/delete/", views.channel_delete, name="channel-delete"),
     path("notifications/<int:pk>/", views.notification_status, name="notification"),

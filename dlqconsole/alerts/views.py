@@ -4,6 +4,7 @@ channels (admins). Each page's URL also serves its htmx fragment."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections import Counter
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -25,6 +27,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require
 from dlqconsole.alerts import services
 from dlqconsole.alerts.forms import KIND_DEFAULTS, BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
+    SIGNING_SECRET_OVERLAP,
     Alert,
     AlertRule,
     AlertStatus,
@@ -40,6 +43,8 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
+# The session entry naming the channel whose page shows its signing secret on its next full load, once.
+REVEAL_SECRET_KEY = "alerts.reveal-signing-secret"
 FINAL_NOTIFICATION_STATUSES = (
     NotificationStatus.SENT,
     NotificationStatus.FAILED,
@@ -379,19 +384,50 @@ def _held_by_channel(channel: Channel | None = None) -> dict[int, Any]:
 def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
+    now = timezone.now()
+    secret = "" if request.htmx else _revealed_secret(request, channel)
     context = {
         "channel": channel,
         "notifications": channel.notifications.select_related("alert", "channel").order_by("-id")[:50],
         "rules": channel.rules.order_by("name"),
         "held": _held_by_channel(channel).get(channel.pk),
+        "signing_secret": secret,
+        "overlap_until": channel.previous_signing_secret_until if channel.previous_signing_overlaps(now) else None,
+        "overlap_hours": round(SIGNING_SECRET_OVERLAP.total_seconds() / 3600),
     }
-    return render(request, _fragment(request, "alerts/channel.html", "notifications"), context)
+    response = render(request, _fragment(request, "alerts/channel.html", "notifications"), context)
+    if secret:
+        # Neither the browser's history nor a proxy keeps the one page that shows the secret.
+        add_never_cache_headers(response)
+    return response
+
+
+def reveal_signing_secret(request: HttpRequest, channel: Channel) -> None:
+    """Have the next full load of the channel's page show its signing secret, once (after the channel is made or
+    its secret rotated, here or in the admin). The session holds the channel and a digest of the secret, never the
+    secret itself, and the page shows the secret only while it is still that one."""
+    request.session[REVEAL_SECRET_KEY] = {"channel": channel.pk, "digest": _secret_digest(channel.signing_secret)}
+
+
+def _revealed_secret(request: HttpRequest, channel: Channel) -> str:
+    """The secret to show on this load of the channel's page, or "" (and never again after it is shown)."""
+    reveal = request.session.get(REVEAL_SECRET_KEY)
+    if not isinstance(reveal, dict) or reveal.get("channel") != channel.pk:
+        return ""
+    del request.session[REVEAL_SECRET_KEY]
+    return channel.signing_secret if reveal.get("digest") == _secret_digest(channel.signing_secret) else ""
+
+
+def _secret_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 @require_http_methods(["GET", "POST"])
 def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk) if pk is not None else Channel()
+    # Read before the form writes the posted kind into the channel.
+    was_signed = channel.pk is not None and channel.is_signed
     form = ChannelForm(request.POST or None, instance=channel)
     if request.method == "POST" and form.is_valid():
         saved = services.save_channel(
@@ -400,6 +436,9 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
             attach_to_all_rules=bool(form.cleaned_data.get("attach_to_all_rules")),
         )
         messages.success(request, f"Channel “{isolate(saved.name)}” saved. Send a test to check it.")
+        if saved.is_signed and not was_signed:
+            # A new webhook channel, or one that starts signing (services.save_channel gave it a fresh secret).
+            reveal_signing_secret(request, saved)
         return redirect("alerts:channel", pk=saved.pk)
     return render(
         request, "alerts/channel_form.html", {"form": form, "channel": channel}, status=400 if form.errors else 200
@@ -414,6 +453,25 @@ def channel_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "alerts/notification.html#notification", {"notification": notification})
     messages.success(request, "Test notification queued; its outcome shows below.")
+    return redirect("alerts:channel", pk=channel.pk)
+
+
+@require_POST
+def channel_rotate_secret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Make a new signing secret, shown once on the channel's page that follows."""
+    require_role(request.user, ADMIN)
+    channel = get_object_or_404(Channel, pk=pk)
+    try:
+        services.rotate_signing_secret(channel=channel, actor=request.user)
+    except services.ChannelError as problem:
+        messages.error(request, str(problem))
+    else:
+        reveal_signing_secret(request, channel)
+        messages.success(
+            request,
+            "New signing secret made: copy it below, it is shown this once. The previous secret also signs until "
+            f"{stamp(channel.previous_signing_secret_until)}, while the receiver is given the new one.",
+        )
     return redirect("alerts:channel", pk=channel.pk)
 
 

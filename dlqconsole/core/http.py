@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import re
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -217,12 +219,24 @@ def check_target(url: str) -> None:
 
 
 def post_json(
-    url: str, *, payload: Any, headers: dict[str, str] | None = None, timeout: float | None = None
+    url: str,
+    *,
+    payload: Any,
+    headers: dict[str, str] | None = None,
+    timeout: float | None = None,
+    sign: Callable[[bytes], dict[str, str]] | None = None,
 ) -> requests.Response:
-    """POST `payload` as JSON to `url`; return the response when its status is 2xx, raise HttpError otherwise."""
+    """POST `payload` as JSON to `url`; return the response when its status is 2xx, raise HttpError otherwise.
+
+    `sign`, when given, is called with the exact bytes of the body just before they are sent and returns headers to
+    send with them (a signature over the body and the send time)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise HttpError(f"Not an http(s) URL (scheme {parts.scheme[:20]!r})", permanent=True)
+    try:
+        body = json.dumps(payload, allow_nan=False).encode()
+    except (TypeError, ValueError) as error:
+        raise HttpError(f"Not sendable as JSON: {error}", permanent=True) from None
     check_target(url)
     seconds = timeout if timeout is not None else settings.DLQ_HTTP_TIMEOUT_SECONDS
     with requests.Session() as session:
@@ -232,8 +246,13 @@ def post_json(
         try:
             response = session.post(
                 url,
-                json=payload,
-                headers={"User-Agent": USER_AGENT, **(headers or {})},
+                data=body,
+                headers={
+                    "User-Agent": USER_AGENT,
+                    "Content-Type": "application/json",
+                    **(headers or {}),
+                    **(sign(body) if sign is not None else {}),
+                },
                 # Connecting should be quick; the receiver gets the rest of the budget to answer.
                 timeout=(min(3.0, seconds), seconds),
                 allow_redirects=False,

@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 
 from dlqconsole.alerts.models import AlertRule, Channel
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
@@ -68,6 +69,9 @@ class Received:
     at: float
     path: str
     body: dict[str, Any]
+    # The body exactly as it came (a signature covers these bytes) and the request's headers, names in lower case.
+    raw: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +94,8 @@ class Receiver:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     body = {"raw": raw.decode("utf-8", "replace")}
-                receiver.received.append(Received(time.monotonic(), self.path, body))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                receiver.received.append(Received(time.monotonic(), self.path, body, raw, headers))
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 try:
@@ -148,3 +153,19 @@ def rule(kind: str, *, channels: list[Channel] | None = None, **fields: Any) -> 
     if channels:
         created.channels.set(channels)
     return created
+
+
+@pytest.fixture
+def migrate() -> Iterator[Any]:
+    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
+
+    def to(targets: list[tuple[str, str]]) -> Any:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    yield to
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

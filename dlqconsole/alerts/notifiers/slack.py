@@ -17,4 +17,4 @@ class SlackNotifier(WebhookNotifier):
     target_help = 'Slack, Mattermost or Rocket.Chat incoming webhook; receives {"text": ...}.'
 
     def send(self, notification: Notification) -> None:
-        self.post(self.channel.target, payload={"text": self.render(notification)})
+        self.post(self.channel.target, payload={"text": self.render(notification)}, notification=notification)

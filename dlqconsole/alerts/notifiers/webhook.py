@@ -37,7 +37,11 @@ class WebhookNotifier(Notifier):
     kind = "webhook"
     label = "Webhook (JSON)"
     target_label = "URL"
-    target_help = "Receives a POST with a JSON object: event, alert, rule, severity, subject, summary, text, url."
+    target_help = (
+        "Receives a POST with a JSON object: event, alert, rule, severity, subject, summary, text, url; "
+        "signed with the channel's secret (Standard Webhooks)."
+    )
+    signed = True
 
     @classmethod
     def clean_target(cls, target: str) -> str:
@@ -99,4 +103,8 @@ class WebhookNotifier(Notifier):
         return f"{parts.scheme}://{host}/…"
 
     def send(self, notification: Notification) -> None:
-        self.post(self.channel.target, payload={**notification.context, "text": self.render(notification)})
+        self.post(
+            self.channel.target,
+            payload={**notification.context, "text": self.render(notification)},
+            notification=notification,
+        )
