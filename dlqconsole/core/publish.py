@@ -351,6 +351,9 @@ class ConfirmedPublisher:
             refused = self._refusals[destination] = replay_guard.refusal(
                 message.exchange, message.routing_key, shared_vhost=self._shared_vhost
             )
+        headers = message.properties.headers
+        if not refused and headers and ("CC" in headers or "BCC" in headers):
+            refused = replay_guard.header_refusal(message.exchange, headers, shared_vhost=self._shared_vhost)
         return refused
 
     def _on_return(

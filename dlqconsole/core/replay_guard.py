@@ -9,15 +9,22 @@ queues (`celery.pidbox`, `reply.celery.pidbox`, `celeryev`, `<worker>.celery.pid
 too: a forged broadcast there would command the console's workers. A user's own Celery queues (`celery`, `orders`,
 ...) stay valid targets: replaying the users' Celery tasks is what the console is for.
 
+RabbitMQ also routes a message by the routing keys in its `CC` and `BCC` headers (sender-selected distribution), on
+the exchange it is published to: a replay to a user's queue that carries `CC: ["dlqconsole"]` would reach the
+console's queue too. Those keys are checked as destinations of their own (`header_refusal`).
+
 The plan lists such dead letters as not replayable, and the publisher refuses them again (`refusal`).
 """
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pika
 from django.conf import settings
+
+from dlqconsole.core import jsonsafe
 
 # RabbitMQ takes "amq.default" as another name for the default exchange ("").
 DEFAULT_EXCHANGE_NAMES = frozenset({"", "amq.default"})
@@ -93,4 +100,35 @@ def refusal(exchange: str, routing_key: str, *, queue: str = "", shared_vhost: b
         for name in [*targets, "" if direct else exchange]:
             if name and _is_control_name(name):
                 return f"{name!r} is Celery's remote control or event channel on the console's own vhost"
+    return ""
+
+
+# The headers RabbitMQ reads as further routing keys (sender-selected distribution); names compared as it does.
+ROUTING_HEADERS = ("CC", "BCC")
+
+
+def routing_keys_in_headers(headers: Any) -> list[str]:
+    """The routing keys a message's CC and BCC headers add (values as pika or core.jsonsafe give them)."""
+    if not isinstance(headers, dict):
+        return []
+    keys: list[str] = []
+    for name in ROUTING_HEADERS:
+        value = headers.get(name)
+        if isinstance(value, dict):
+            value = jsonsafe.decode(value)
+        for key in value if isinstance(value, list) else [value]:
+            if isinstance(key, dict):
+                key = jsonsafe.decode(key)
+            if isinstance(key, bytes):
+                key = key.decode("utf-8", "replace")
+            if isinstance(key, str):
+                keys.append(key)
+    return keys
+
+
+def header_refusal(exchange: str, headers: Any, *, shared_vhost: bool | None = None) -> str:
+    """Why the CC or BCC header of a message published to `exchange` is refused; "" when it is not."""
+    for key in routing_keys_in_headers(headers):
+        if refused := refusal(exchange, key, shared_vhost=shared_vhost):
+            return f"its CC/BCC header routes it further: {refused}"
     return ""

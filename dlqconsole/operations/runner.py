@@ -46,7 +46,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.core import amqp
+from dlqconsole.core import amqp, replay_guard
 from dlqconsole.core.publish import (
     CONFIRMED,
     NACKED,
@@ -700,7 +700,9 @@ class OperationRunner:
                     candidates.append(_Claimed(read.item_pk, read.status == ItemStatus.IN_FLIGHT, letter, destination))
             problems = self._destination_problems({entry.destination for entry in candidates})
             reasons = {
-                entry.item_pk: CUT_BODY if entry.letter.body_truncated else problems.get(entry.destination, "")
+                entry.item_pk: CUT_BODY
+                if entry.letter.body_truncated
+                else problems.get(entry.destination, "") or _routing_header_problem(entry)
                 for entry in candidates
             }
             failed = [entry for entry in candidates if reasons[entry.item_pk]]
@@ -979,6 +981,15 @@ class OperationRunner:
                 count=operation.succeeded,
                 detail=f"succeeded {operation.succeeded}, failed {operation.failed}, skipped {operation.skipped}",
             )
+
+
+def _routing_header_problem(entry: _Claimed) -> str:
+    """Why the CC or BCC header of a dead letter keeps it from being replayed ("" when it has none or they pass)."""
+    headers = entry.letter.headers
+    if not isinstance(headers, dict) or not ("CC" in headers or "BCC" in headers):
+        return ""
+    refused = replay_guard.header_refusal(entry.destination.exchange, headers)
+    return f"refused: {refused}" if refused else ""
 
 
 def _land(target: Future[None], source: Future[None]) -> None:

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.core import jsonsafe
+from dlqconsole.core import jsonsafe, replay_guard
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
@@ -339,9 +339,37 @@ def _find_unreplayable(operation: Operation) -> None:
     for destination, n in groups.items():
         if destination is not None and problems.get(destination):
             reasons[problems[destination]] += n
+    # A CC or BCC header routes a message further, on the same exchange: each of its keys is a destination too.
+    for destination, refused in _routing_header_refusals(operation).items():
+        if destination is not None and not problems.get(destination):
+            for reason, n in refused.items():
+                reasons[reason] += n
     operation.unreplayable_reasons = {reason: n for reason, n in reasons.most_common() if n}
     operation.unreplayable = sum(operation.unreplayable_reasons.values())
     operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error", "breakdown"])
+
+
+def _routing_header_refusals(operation: Operation) -> dict[Destination | None, Counter[str]]:
+    """Per destination, how many of the plan's dead letters their CC or BCC header keeps from being replayed, by
+    reason. Few dead letters carry those headers: they are read one by one."""
+    found: dict[Destination | None, Counter[str]] = {}
+    rows = (
+        _frozen(operation)
+        .filter(body_truncated=False, headers__has_any_keys=list(replay_guard.ROUTING_HEADERS))
+        .values_list("original_exchange", "original_routing_keys", "original_queue", "headers")
+    )
+    for exchange, routing_keys, queue, headers in rows.iterator(chunk_size=500):
+        if operation.kind == OperationKind.MOVE:
+            destination: Destination | None = move_destination(
+                target_queue=operation.target_queue,
+                target_exchange=operation.target_exchange,
+                target_routing_key=operation.target_routing_key,
+            )
+        else:
+            destination = retry_destination(exchange=exchange, routing_keys=routing_keys, queue=queue)
+        if destination is not None and (refused := replay_guard.header_refusal(destination.exchange, headers)):
+            found.setdefault(destination, Counter())[f"refused: {refused}"] += 1
+    return found
 
 
 def _check_bindings(destinations: list[Destination], problems: dict[Destination, str]) -> str:

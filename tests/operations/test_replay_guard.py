@@ -36,7 +36,7 @@ from dlqconsole.core.publish import UNSENDABLE, ConfirmedPublisher, Message
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, RetryPolicy
 from dlqconsole.operations.policies import schedule_new_dead_letters, start_due_retries
-from dlqconsole.operations.services import OperationError, plan_operation, run_operation
+from dlqconsole.operations.services import OperationError, edit_and_retry, plan_operation, run_operation
 from tests.conftest import client_for
 from tests.operations.conftest import drain, ingest_from
 
@@ -108,6 +108,8 @@ def shared_vhost(settings: Any, tmp_path: Path, celery_worker: Any) -> Iterator[
     channel = connection.channel()
     channel.queue_declare(queue=DLQ, durable=True)
     channel.queue_declare(queue=USER_CELERY_QUEUE, durable=True)
+    channel.exchange_declare(exchange=FORGERY_EXCHANGE, exchange_type="fanout")
+    channel.queue_bind(queue=DLQ, exchange=FORGERY_EXCHANGE)
     world = SharedVhost(name=name, url=url, channel=channel, sentinel_dir=sentinel_dir)
     # The sentinel works: a task message published straight into the console's queue runs.
     publish_task(channel, exchange="", routing_key=CONSOLE_QUEUE, marker="direct")
@@ -136,7 +138,9 @@ def publish_task(channel: Any, *, exchange: str, routing_key: str, marker: str) 
     channel.basic_publish(exchange=exchange, routing_key=routing_key, body=body, properties=properties)
 
 
-def forge(channel: Any, *, exchange: str, routing_key: str, queue: str, properties: Any, body: bytes) -> None:
+def forge(
+    channel: Any, *, exchange: str, routing_key: str, queue: str, properties: Any, body: bytes, via: str = ""
+) -> None:
     """Publish straight into the DLQ a message whose x-death says it died on its way to `exchange`/`routing_key`."""
     headers = dict(properties.headers or {})
     headers["x-death"] = [
@@ -150,7 +154,7 @@ def forge(channel: Any, *, exchange: str, routing_key: str, queue: str, properti
         }
     ]
     properties.headers = headers
-    channel.basic_publish(exchange="", routing_key=DLQ, body=body, properties=properties)
+    channel.basic_publish(exchange=via, routing_key=DLQ, body=body, properties=properties)
 
 
 # What the forged dead letters name, with the marker their sentinel task carries.
@@ -160,6 +164,11 @@ FORGED = {
     "to-console-exchange": (CONSOLE_QUEUE, CONSOLE_QUEUE, CONSOLE_QUEUE),
     "to-amq-default": ("amq.default", CONSOLE_QUEUE, CONSOLE_QUEUE),
 }
+# A forged dead letter of the user's queue whose CC header (sender-selected distribution) adds the console's queue.
+# It is forged through a fanout exchange, which ignores routing keys: the forgery itself reaches only the DLQ.
+# (RabbitMQ removes BCC from what it delivers, so only an edit can put one on a dead letter: see the edit test.)
+CARBON_COPIES = {"cc": ("CC", CONSOLE_QUEUE)}
+FORGERY_EXCHANGE = "forgery"
 
 
 def forge_world(world: SharedVhost) -> tuple[list[int], int]:
@@ -178,6 +187,18 @@ def forge_world(world: SharedVhost) -> tuple[list[int], int]:
         properties=pika.BasicProperties(content_type="application/json", headers={"clock": 1, "expires": 0}),
         body=shutdown,
     )
+    for marker, (header, queue) in CARBON_COPIES.items():
+        properties, body = task_message(marker)
+        properties.headers[header] = [queue]
+        forge(
+            world.channel,
+            exchange="",
+            routing_key=USER_CELERY_QUEUE,
+            queue=USER_CELERY_QUEUE,
+            properties=properties,
+            body=body,
+            via=FORGERY_EXCHANGE,
+        )
     properties, body = task_message("users-own", task="shop.invoices.generate_invoice")
     forge(
         world.channel,
@@ -188,19 +209,20 @@ def forge_world(world: SharedVhost) -> tuple[list[int], int]:
         body=body,
     )
     letters = ingest_from(world.channel, DLQ)
-    assert len(letters) == len(FORGED) + 2
-    users = [letter for letter in letters if letter.original_queue == USER_CELERY_QUEUE]
-    return [letter.pk for letter in letters if letter not in users], users[0].pk
+    assert len(letters) == len(FORGED) + len(CARBON_COPIES) + 2
+    (users,) = [letter for letter in letters if letter.task_name == "shop.invoices.generate_invoice"]
+    return [letter.pk for letter in letters if letter != users], users.pk
 
 
 def assert_planned_as_not_replayable(operation: Operation) -> None:
     operation.refresh_from_db()
     reasons = operation.unreplayable_reasons
-    assert operation.unreplayable == len(FORGED) + 1, reasons
+    assert operation.unreplayable == len(FORGED) + 1 + len(CARBON_COPIES), reasons
     text = " ".join(reasons)
     assert f"queue '{CONSOLE_QUEUE}' is one of the console's own Celery queues" in text
     assert f"queue '{CONTROL_QUEUE}' is one of the console's own Celery queues" in text
     assert "'celery.pidbox' is Celery's remote control or event channel on the console's own vhost" in text
+    assert f"its CC/BCC header routes it further: queue '{CONSOLE_QUEUE}' is one of the console's own" in text
 
 
 def assert_nothing_reached_the_console(world: SharedVhost, forged: list[int], users: int) -> None:
@@ -216,7 +238,7 @@ def assert_nothing_reached_the_console(world: SharedVhost, forged: list[int], us
     assert [properties.headers["task"] for properties, _ in delivered] == ["shop.invoices.generate_invoice"]
     publish_task(world.channel, exchange="", routing_key=CONSOLE_QUEUE, marker="after")
     assert world.wait_for_run("after"), "the console's worker stopped: a forged broadcast reached it"
-    assert not [marker for marker in FORGED if world.ran(marker)]
+    assert not [marker for marker in [*FORGED, *CARBON_COPIES] if world.ran(marker)]
 
 
 def test_forged_destinations_are_refused_on_the_pages(shared_vhost: SharedVhost, operator: User) -> None:
@@ -327,19 +349,55 @@ def test_the_console_names_are_refused_on_every_vhost_and_celery_control_only_on
     assert replay_guard.refusal("celery", "celery", shared_vhost=True) == ""
 
 
-def test_the_publisher_itself_refuses_the_consoles_own_queues(settings: Any, amqp_channel: Any) -> None:
+def test_the_publisher_itself_refuses_the_consoles_own_queues(
+    settings: Any, amqp_channel: Any, queue_name: Any
+) -> None:
     """The last line of defence: whatever calls the publisher, a message for the console's queue is not sent."""
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     amqp_channel.queue_declare(queue=queue, durable=True)
     amqp_channel.queue_purge(queue=queue)
+    users = queue_name("users")
+    amqp_channel.queue_declare(queue=users, durable=True)
     properties, body = task_message("publisher")
+    carbon_copy, _ = task_message("carbon-copy")
+    carbon_copy.headers["BCC"] = [queue.encode()]
     with ConfirmedPublisher(connection_parameters(), key_header="dlq-replayed-from") as publisher:
-        (outcome,) = publisher.publish(
-            [Message(key=1, exchange="", routing_key=queue, body=body, properties=properties)]
+        outcomes = publisher.publish(
+            [
+                Message(key=1, exchange="", routing_key=queue, body=body, properties=properties),
+                Message(key=2, exchange="", routing_key=users, body=body, properties=carbon_copy),
+            ]
         )
 
-    assert (outcome.status, outcome.error) == (
-        UNSENDABLE,
-        f"refused: queue {queue!r} is one of the console's own Celery queues",
-    )
+    assert [(outcome.status, outcome.error) for outcome in outcomes] == [
+        (UNSENDABLE, f"refused: queue {queue!r} is one of the console's own Celery queues"),
+        (
+            UNSENDABLE,
+            f"refused: its CC/BCC header routes it further: queue {queue!r} is one of the console's own Celery queues",
+        ),
+    ]
     assert amqp_channel.queue_declare(queue=queue, passive=True).method.message_count == 0
+    assert amqp_channel.queue_declare(queue=users, passive=True).method.message_count == 0
+
+
+def test_an_edit_that_adds_a_bcc_to_the_consoles_queue_is_refused(shared_vhost: SharedVhost, operator: User) -> None:
+    forged, users = forge_world(shared_vhost)
+    original = DeadLetter.objects.get(pk=users)
+
+    operation = edit_and_retry(
+        dead_letter=original,
+        body=bytes(original.body),
+        headers={"task": "sentinel.touch", "id": "edited", "BCC": [CONTROL_QUEUE]},
+        actor=operator,
+    )
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert f"its CC/BCC header routes it further: queue '{CONTROL_QUEUE}'" in " ".join(operation.unreplayable_reasons)
+    (item,) = operation.items.all()
+    assert (item.status, item.error.startswith("refused: its CC/BCC header")) == (ItemStatus.FAILED, True)
+    assert drain(shared_vhost.channel, USER_CELERY_QUEUE) == []
+    publish_task(shared_vhost.channel, exchange="", routing_key=CONSOLE_QUEUE, marker="after")
+    assert shared_vhost.wait_for_run("after")
+    assert not shared_vhost.ran("users-own")  # the edited copy names the sentinel task, with the original body
+    assert forged
