@@ -340,10 +340,9 @@ def _find_unreplayable(operation: Operation) -> None:
         if destination is not None and problems.get(destination):
             reasons[problems[destination]] += n
     # A CC or BCC header routes a message further, on the same exchange: each of its keys is a destination too.
-    for destination, refused in _routing_header_refusals(operation).items():
+    for destination, by_reason in _routing_header_refusals(operation).items():
         if destination is not None and not problems.get(destination):
-            for reason, n in refused.items():
-                reasons[reason] += n
+            reasons.update(by_reason)
     operation.unreplayable_reasons = {reason: n for reason, n in reasons.most_common() if n}
     operation.unreplayable = sum(operation.unreplayable_reasons.values())
     operation.save(update_fields=["unreplayable", "unreplayable_reasons", "last_error", "breakdown"])
