@@ -4,11 +4,11 @@ dies midway leaves a record of every deletion it committed, and none of a batch 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
@@ -56,38 +56,13 @@ def test_a_run_over_three_batches_writes_a_row_per_batch_with_its_count_and_queu
     assert list(DeadLetter.objects.values_list("pk", flat=True)) == kept
 
 
-@pytest.fixture
-def refuse_deleting() -> Iterator[list[int]]:
-    """A database fault on the deletion of chosen dead letters (a PostgreSQL trigger raises), so the batch holding
-    one rolls back the way a batch cut short by a lost connection or a killed worker does."""
-    refused: list[int] = []
-    table = connection.ops.quote_name(DeadLetter._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE test_refused_deletion (id bigint PRIMARY KEY)")
-        cursor.execute(
-            "CREATE FUNCTION test_refuse_deletion() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "IF EXISTS (SELECT 1 FROM test_refused_deletion WHERE id = OLD.id) THEN "
-            "RAISE EXCEPTION 'deletion of % refused', OLD.id; END IF; RETURN OLD; END $$"
-        )
-        cursor.execute(
-            f"CREATE TRIGGER test_refuse_deletion BEFORE DELETE ON {table} "
-            "FOR EACH ROW EXECUTE FUNCTION test_refuse_deletion()"
-        )
-    yield refused
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER IF EXISTS test_refuse_deletion ON {table}")
-        cursor.execute("DROP FUNCTION IF EXISTS test_refuse_deletion()")
-        cursor.execute("DROP TABLE IF EXISTS test_refused_deletion")
-
-
 def test_a_batch_that_rolls_back_leaves_no_row_and_the_committed_ones_keep_theirs(
-    settings, refuse_deleting: list[int], operator: User
+    settings, refuse_deleting: Callable[[int], None], operator: User
 ) -> None:
     settings.DLQ_ARCHIVE_RETENTION_DAYS = 7
     ids = synthetic_dead_letters(queue="orders", count=7)
     archive(ids, days_ago=8, actor=operator)
-    with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO test_refused_deletion (id) VALUES (%s)", [ids[4]])
+    refuse_deleting(ids[4])
 
     with pytest.raises(DatabaseError, match="refused"):
         delete_expired_archives(now=NOW, batch_size=3)
