@@ -210,6 +210,7 @@ CONTROL_TASKS = (
     "operations.schedule_new_dead_letters",
     "operations.start_due_retries",
     "deadletters.delete_expired_exports",
+    "accounts.prune_audit",
 )
 CELERY_TASK_ROUTES = {name: {"queue": DLQ_CONTROL_QUEUE} for name in CONTROL_TASKS}
 CELERY_TASK_QUEUES = [
@@ -253,6 +254,12 @@ DLQ_QUEUE_SAMPLE_SECONDS = env_float("DLQ_QUEUE_SAMPLE_SECONDS", 5.0, minimum=1.
 DLQ_QUEUE_SAMPLE_RETENTION_HOURS = env_int("DLQ_QUEUE_SAMPLE_RETENTION_HOURS", 48, minimum=1)
 # Sent, failed, digested and silenced notifications are deleted this long after they were created (hourly).
 DLQ_NOTIFICATION_RETENTION_DAYS = env_int("DLQ_NOTIFICATION_RETENTION_DAYS", 90, minimum=1)
+# Audit rows (and what they keep, such as a purge's list of the dead letters it deleted) are deleted this long
+# after they were written (hourly).
+DLQ_AUDIT_RETENTION_DAYS = env_int("DLQ_AUDIT_RETENTION_DAYS", 400, minimum=1)
+CELERY_BEAT_SCHEDULE |= {
+    "accounts-audit-retention": {"task": "accounts.prune_audit", "schedule": 3600.0, "options": {"expires": 1800}},
+}
 CELERY_BEAT_SCHEDULE |= {
     "alerts-evaluate": {
         "task": "alerts.evaluate_alerts",

@@ -59,6 +59,7 @@ from dlqconsole.deadletters.payload import (
 )
 from dlqconsole.deadletters.services import (
     PatternError,
+    SplitPreview,
     assign_pattern,
     merge_patterns,
     merge_warnings,
@@ -230,13 +231,18 @@ def _row_paths() -> dict[str, str]:
 @vary_on_headers("HX-Request")
 def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
+    context = _pattern_page_context(pattern, back_url=request.get_full_path(), split=_split_form())
+    return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
+
+
+def _pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[str, Any]) -> dict[str, Any]:
     cells = list(
         DeadLetterCount.objects.filter(pattern=pattern, count__gt=0).order_by(
             "source_queue", "status", "failure_reason"
         )
     )
     trend = selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[pattern.pk]
-    context = {
+    return {
         "owners": _owner_choices(),
         "pattern": pattern,
         "cells": cells,
@@ -267,10 +273,9 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             )[:10]
         ),
         "pattern_actions": PATTERN_ACTIONS,
-        "back_url": request.get_full_path(),
-        "split": _split_form(request, pattern),
+        "back_url": back_url,
+        "split": split,
     }
-    return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
 
 
 # Messages ------------------------------------------------------------------------------------------------------
@@ -741,19 +746,13 @@ def _owner_choices() -> list[Any]:
     )
 
 
-def _split_form(request: HtmxHttpRequest, pattern: FailurePattern) -> dict[str, Any]:
-    """The split form as typed, and after Preview what the rule takes, shown beside the Split button."""
-    form: dict[str, Any] = {name: request.GET.get(name, "") for name in ("name", "regex", "header")}
-    form["preview"] = None
-    # Only those who may split see the form; a viewer's address must not run an expression over the pattern's
-    # dead letters (the preview reads up to SPLIT_PREVIEW_LIMIT of them).
-    if request.GET.get("previewed") and not pattern.merged_into_id and has_role(request.user, OPERATOR):
-        try:
-            validate_rule(name=form["name"], regex=form["regex"], header=form["header"])
-            form["preview"] = split_preview(pattern=pattern, regex=form["regex"], header=form["header"])
-        except PatternError as problem:
-            form["problem"] = str(problem)
-    return form
+def _split_form(
+    *, name: str = "", regex: str = "", header: str = "", preview: SplitPreview | None = None, problem: str = ""
+) -> dict[str, Any]:
+    """The split card's fields as typed, and after Preview what the rule takes, shown beside the Split button.
+    Only pattern_split fills it: a page's address never runs an expression over the pattern's dead letters (a link
+    on another site could make a signed-in operator's browser start a scan of up to 10 s)."""
+    return {"name": name, "regex": regex, "header": header, "preview": preview, "problem": problem}
 
 
 def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *, back_url: str) -> HttpResponse:
@@ -976,32 +975,35 @@ def _json_problem(body: str, *, content_type: str) -> str:
 
 
 @require_POST
+@vary_on_headers("HX-Request")
 def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Split the dead letters matching a rule off into a new pattern: first a preview of how many, then the split."""
+    """Split the dead letters matching a rule off into a new pattern: first a preview of how many (the pattern page,
+    or its split card for htmx, on this same address), then the split. The preview is a POST like the split: it runs
+    the expression over up to SPLIT_PREVIEW_LIMIT dead letters, which no link from another site may start."""
     require_role(request.user, OPERATOR)
-    pattern = get_object_or_404(FailurePattern, pk=pk)
+    pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
     name = request.POST.get("name", "").strip()
     regex = request.POST.get("regex", "")
     header = request.POST.get("header", "").strip()
-    back_url = reverse("deadletters:pattern", args=[pattern.pk])
-    query = QueryDict(mutable=True)
-    query.update({"name": name, "regex": regex, "header": header})
     try:
         if request.POST.get("action") != "split":
-            # The page shows what the rule takes beside the Split button (pattern_detail, _split_form).
+            if pattern.merged_into_id is not None:
+                raise PatternError(f"Pattern #{pattern.pk} was merged into #{pattern.merged_into_id}; use that one.")
             validate_rule(name=name, regex=regex, header=header)
-            query["previewed"] = "1"
-            return redirect(f"{back_url}?{query.urlencode()}#split")
+            preview = split_preview(pattern=pattern, regex=regex, header=header)
+            return _split_page(request, pattern, _split_form(name=name, regex=regex, header=header, preview=preview))
         part = split_pattern(pattern=pattern, name=name, regex=regex, header=header, actor=request.user)
     except PatternError as problem:
-        try:
-            validate_rule(name=name, regex=regex, header=header)
-        except PatternError:
-            # A problem with what was typed: the split card shows it beside the fields (where #split scrolls to),
-            # not at the top of the page, out of sight.
-            query["previewed"] = "1"
-        else:
-            messages.error(request, str(problem))
-        return redirect(f"{back_url}?{query.urlencode()}#split")  # the form keeps what was typed
+        # The split card shows the problem beside the fields it is about, and keeps what was typed.
+        typed = _split_form(name=name, regex=regex, header=header, problem=str(problem))
+        return _split_page(request, pattern, typed)
     messages.success(request, f"Split into pattern #{part.pk}.")
     return redirect("deadletters:pattern", pk=part.pk)
+
+
+def _split_page(request: HtmxHttpRequest, pattern: FailurePattern, split: dict[str, Any]) -> HttpResponse:
+    if request.htmx:
+        return render(request, "deadletters/pattern_detail.html#split", {"pattern": pattern, "split": split})
+    back_url = reverse("deadletters:pattern", args=[pattern.pk])
+    context = _pattern_page_context(pattern, back_url=back_url, split=split)
+    return render(request, "deadletters/pattern_detail.html", context)

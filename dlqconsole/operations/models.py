@@ -1,4 +1,5 @@
-"""Bulk recovery jobs (Operation, one OperationItem per dead letter) and automatic retry policies."""
+"""Bulk recovery jobs (Operation, one OperationItem per dead letter, what a purge deleted) and automatic retry
+policies."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import (
     PERMANENT_REASONS,
     DeadLetter,
@@ -426,6 +428,34 @@ class OperationItem(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.dead_letter_id} {self.status}"
+
+
+class PurgedDeadLetter(models.Model):
+    """One dead letter a purge deleted, as it was when deleted: written in the transaction that deletes it, so a
+    purge leaves a record of exactly what it took (its item keeps only the id). Kept as long as the purge's audit
+    row (its start): the audit retention deletes both."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="purged", db_index=False)
+    audit_entry = models.ForeignKey(AuditEntry, on_delete=models.CASCADE, related_name="purged_dead_letters")
+    # Plain values, not keys: the dead letter is gone, and its pattern may be merged away later.
+    dead_letter_id = models.BigIntegerField()
+    message_id = models.CharField(max_length=255, blank=True)
+    dedupe_key = models.CharField(max_length=64)
+    source_queue = models.CharField(max_length=255)
+    pattern_id = models.BigIntegerField(null=True, blank=True)
+    pattern_template = models.TextField(blank=True)
+    status = models.CharField(max_length=16)
+    ingested_at = models.DateTimeField()
+    purged_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # The purge's CSV download: its rows by keyset, in the order they were deleted.
+            models.Index(fields=["operation", "id"], name="purged_operation_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.dead_letter_id} purged by operation #{self.operation_id}"
 
 
 class RetryPolicyQuerySet(models.QuerySet["RetryPolicy"]):

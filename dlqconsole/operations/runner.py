@@ -81,6 +81,7 @@ from dlqconsole.operations.models import (
     OperationStatus,
     eligible_statuses,
 )
+from dlqconsole.operations.purged import record_purged
 
 logger = logging.getLogger(__name__)
 
@@ -519,6 +520,8 @@ class OperationRunner:
                     letter_ids.append(dead_letter_id)
             rows = [letters[pk] for pk in letter_ids]
             if operation.kind == OperationKind.PURGE:
+                # What it deletes is recorded in the same transaction: a chunk leaves both, or (rolled back) neither.
+                record_purged(operation=operation, dead_letter_ids=letter_ids)
                 delete_dead_letters(ids=letter_ids)
                 count_status_change(rows, to_status=None)
             else:

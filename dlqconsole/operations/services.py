@@ -772,9 +772,12 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
 
 
 def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
-    """Delete dead letters archived longer than DLQ_ARCHIVE_RETENTION_DAYS; the audit log keeps the count."""
+    """Delete dead letters archived longer than DLQ_ARCHIVE_RETENTION_DAYS, a batch per transaction. Each batch
+    writes its audit row (its count and queues) in its own transaction, so a run killed midway leaves a record of
+    every deletion it committed, and a batch that rolled back leaves neither."""
     now = now or timezone.now()
-    cutoff = now - dt.timedelta(days=settings.DLQ_ARCHIVE_RETENTION_DAYS)
+    days = settings.DLQ_ARCHIVE_RETENTION_DAYS
+    cutoff = now - dt.timedelta(days=days)
     deleted = 0
     while True:
         with transaction.atomic():
@@ -788,13 +791,13 @@ def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int =
                 break
             delete_dead_letters(ids=[row[0] for row in rows])
             count_status_change([CountedRow(*row[1:]) for row in rows], to_status=None)
+            queues = sorted({row[1] for row in rows})
+            record_audit(
+                actor=None,
+                action="archive.retention",
+                filter={"status": [DeadLetterStatus.ARCHIVED], "queue": queues, "until": cutoff.isoformat()},
+                count=len(rows),
+                detail=f"deleted dead letters archived more than {days} days ago (ids {rows[0][0]} to {rows[-1][0]})",
+            )
         deleted += len(rows)
-    if deleted:
-        record_audit(
-            actor=None,
-            action="archive.retention",
-            filter={"status": [DeadLetterStatus.ARCHIVED], "until": cutoff.isoformat()},
-            count=deleted,
-            detail=f"deleted dead letters archived more than {settings.DLQ_ARCHIVE_RETENTION_DAYS} days ago",
-        )
     return deleted

@@ -15,4 +15,5 @@ urlpatterns = [
     path("<int:pk>/resume/", views.operation_resume, name="resume"),
     path("<int:pk>/cancel/", views.operation_cancel, name="cancel"),
     path("<int:pk>/rate/", views.operation_rate, name="rate"),
+    path("<int:pk>/purged.csv", views.operation_purged, name="purged"),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Sum
-from django.http import HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -24,12 +24,13 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.accounts.roles import require_role
+from dlqconsole.accounts.roles import OPERATOR, require_role
+from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
 from dlqconsole.deadletters.views import HtmxHttpRequest
-from dlqconsole.operations import services
+from dlqconsole.operations import purged, services
 from dlqconsole.operations.models import (
     ItemStatus,
     Operation,
@@ -40,6 +41,9 @@ from dlqconsole.operations.models import (
 )
 
 HISTORY_PAGE_SIZE = 50
+# A planned purge links to the messages export of its filter; past this length its address would be refused by
+# servers and proxies (gunicorn takes 4,094 bytes a request line), so the page offers a form that posts it instead.
+MAX_EXPORT_QUERY = 2000
 # The token a message page gives its Retry button: one per page load, so a double click retries once.
 SUBMISSION = re.compile(r"^[0-9a-f]{32}$")
 
@@ -299,6 +303,44 @@ def _replan_url(operation: Operation) -> str:
     return f"{reverse('operations:plan')}?{query.urlencode()}"
 
 
+def _filter_query(operation: Operation) -> QueryDict:
+    """The operation's filter as the messages page's query (a list field repeats its name)."""
+    query = QueryDict(mutable=True)
+    for name, value in (operation.filter or {}).items():
+        query.setlist(name, [str(item) for item in value] if isinstance(value, list) else [str(value)])
+    return query
+
+
+def _purge_export(operation: Operation) -> dict[str, Any] | None:
+    """For a planned purge: the messages export of exactly its filter, offered before the count is typed, so what
+    will be deleted can be kept. Links when the address is short enough, else the fields of a form that posts it
+    (a background export)."""
+    if operation.kind != OperationKind.PURGE or operation.status != OperationStatus.PLANNED:
+        return None
+    query = _filter_query(operation)
+    if len(query.urlencode()) > MAX_EXPORT_QUERY:
+        return {"fields": [(name, value) for name, values in query.lists() for value in values]}
+    base = reverse("deadletters:export")
+    links = {}
+    for export_format in ("csv", "jsonl"):
+        with_format = QueryDict(mutable=True)
+        with_format["format"] = export_format
+        for name, values in query.lists():
+            with_format.setlist(name, values)
+        links[export_format] = f"{base}?{with_format.urlencode()}"
+    return links
+
+
+def _purge_record(operation: Operation) -> str:
+    """Whether a started purge's list of what it deleted is kept ("kept"), was deleted with its audit row
+    ("gone"), or there is none to speak of ("")."""
+    if operation.kind != OperationKind.PURGE or operation.started_at is None:
+        return ""
+    if purged.has_record(operation):
+        return "kept"
+    return "gone" if operation.succeeded else ""
+
+
 def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
     planned = operation.status == OperationStatus.PLANNED
@@ -328,6 +370,9 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         # Nothing matched in a state the kind acts on: Start is disabled (and the server refuses it).
         "empty_plan": planned and operation.total == 0,
         "rate_choices": RATE_CHOICES,
+        "purge_export": _purge_export(operation),
+        "purge_record": _purge_record(operation),
+        "audit_days": settings.DLQ_AUDIT_RETENTION_DAYS,
         "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
         # Who stopped it, so that a cancel never reads as something the system did on its own.
         "cancelled_by": (
@@ -375,6 +420,25 @@ def _control(request: HtmxHttpRequest, pk: int, action: Callable[..., Operation]
     except services.OperationError as problem:
         return _control_error(request, operation, problem)
     return _control_response(request, operation, done)
+
+
+@require_GET
+def operation_purged(request: HtmxHttpRequest, pk: int) -> StreamingHttpResponse:
+    """The dead letters a purge deleted, as CSV (operators and admins), streamed in keyset pages, for as long as
+    the purge's audit row lives."""
+    require_role(request.user, OPERATOR)
+    operation = get_object_or_404(Operation, pk=pk, kind=OperationKind.PURGE)
+    if not purged.has_record(operation):
+        raise Http404("No list of the dead letters this purge deleted is kept.")
+    record_audit(
+        actor=request.user,
+        action="export",
+        target=f"operation:{operation.pk}",
+        detail="the dead letters this purge deleted, as CSV",
+    )
+    response = StreamingHttpResponse(purged.csv_lines(operation), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="purge-{operation.pk}-deleted.csv"'
+    return response
 
 
 @require_POST

@@ -58,8 +58,8 @@ def test_a_catastrophic_rule_does_not_stall_ingest(ingest: Ingest, admin_user: U
 def test_a_catastrophic_split_preview_answers(ingest: Ingest, operator: User) -> None:
     (first, _) = ingest(HOSTILE, "a" * 61 + "c")
 
-    response = client_for(operator).get(
-        f"/patterns/{first.pattern_id}/", {"previewed": "1", "name": "As", "regex": CATASTROPHIC}
+    response = client_for(operator).post(
+        f"/patterns/{first.pattern_id}/split/", {"action": "preview", "name": "As", "regex": CATASTROPHIC}
     )
 
     assert response.status_code == 200

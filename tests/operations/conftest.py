@@ -253,3 +253,32 @@ def _purge_celery_queue() -> Iterator[None]:
     finally:
         if connection_.is_open:
             connection_.close()
+
+
+@pytest.fixture
+def refuse_deleting() -> Iterator[Callable[[int], None]]:
+    """A database fault on the deletion of chosen dead letters (a PostgreSQL trigger raises), so the batch holding
+    one rolls back the way a batch cut short by a lost connection or a killed worker does. Call it with the id of
+    a dead letter whose deletion is to fail."""
+    table = connection.ops.quote_name(DeadLetter._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE test_refused_deletion (id bigint PRIMARY KEY)")
+        cursor.execute(
+            "CREATE FUNCTION test_refuse_deletion() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF EXISTS (SELECT 1 FROM test_refused_deletion WHERE id = OLD.id) THEN "
+            "RAISE EXCEPTION 'deletion of % refused', OLD.id; END IF; RETURN OLD; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER test_refuse_deletion BEFORE DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION test_refuse_deletion()"
+        )
+
+    def refuse(dead_letter_id: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO test_refused_deletion (id) VALUES (%s)", [dead_letter_id])
+
+    yield refuse
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER IF EXISTS test_refuse_deletion ON {table}")
+        cursor.execute("DROP FUNCTION IF EXISTS test_refuse_deletion()")
+        cursor.execute("DROP TABLE IF EXISTS test_refused_deletion")
