@@ -284,9 +284,13 @@ class FailurePatternForm(ModelForm[FailurePattern]):
         super().__init__(*args, **kwargs)
         # Who may own a pattern, as on its console page: active operators and admins (and whoever owns it now). A
         # plain select, not an autocomplete: that asks the user admin, which only admins may read.
-        may_own = Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]) | Q(pk=self.instance.owner_id)
-        owner = self.fields["owner"]
+        # A user who may not change the pattern (a viewer) gets the form without fields: the admin shows every
+        # field read-only, so there is no owner choice to narrow.
+        owner = self.fields.get("owner")
+        if owner is None:
+            return
         assert isinstance(owner, ModelChoiceField)
+        may_own = Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]) | Q(pk=self.instance.owner_id)
         owner.queryset = get_user_model().objects.filter(may_own, is_active=True).distinct().order_by("username")
 
     def clean(self) -> dict[str, Any]:
