@@ -9,7 +9,8 @@ cannot carry as is are tagged: {"$bytes": base64}, {"$str": base64 of UTF-8} for
 
 `encode` never raises on what a broker can deliver; when it has to give something up (a table nested deeper
 than `max_depth`, a value of a type it does not know) it keeps a readable form and, when given a `problems`
-list, says so there.
+list, says so there. `decode` reads at most MAX_DECODE_DEPTH levels and raises TooDeep past them, a clear error
+rather than a RecursionError at whatever depth the caller's stack happens to allow.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from decimal import Decimal
 from typing import Any
 
 TAGS = frozenset({"$bytes", "$str", "$ts", "$dec", "$map", "$float"})
+# Levels of JSON (arrays and objects) decode reads. encode writes at most 64 levels of tables and arrays, each at
+# most three levels of JSON in the "$map" form ({"$map": [[key, value]]}), so what ingest stored always fits; the
+# bound keeps decode's recursion well inside Python's default limit of 1,000 frames, wherever it is called from.
+MAX_DECODE_DEPTH = 400
+
+
+class TooDeep(ValueError):
+    """Stored JSON nested deeper than MAX_DECODE_DEPTH levels (never written by encode)."""
 
 
 class RawTimestamp(int):
@@ -122,11 +131,13 @@ def _short_repr(value: Any) -> str:
         return "<too deeply nested to show>"
 
 
-def decode(value: Any) -> Any:
-    if isinstance(value, list):
-        return [decode(item) for item in value]
-    if not isinstance(value, dict):
+def decode(value: Any, *, depth: int = 0) -> Any:
+    if not isinstance(value, list | dict):
         return value
+    if depth >= MAX_DECODE_DEPTH:
+        raise TooDeep(f"nested deeper than {MAX_DECODE_DEPTH} levels")
+    if isinstance(value, list):
+        return [decode(item, depth=depth + 1) for item in value]
     if len(value) == 1:
         ((tag, inner),) = value.items()
         if tag == "$bytes":
@@ -143,8 +154,9 @@ def decode(value: Any) -> Any:
         if tag == "$float":
             return float(inner)
         if tag == "$map":
-            return {_hashable(decode(key)): decode(item) for key, item in inner}
-    return {key: decode(item) for key, item in value.items()}
+            # The pairs list and each pair are levels of their own.
+            return {_hashable(decode(key, depth=depth + 3)): decode(item, depth=depth + 3) for key, item in inner}
+    return {key: decode(item, depth=depth + 1) for key, item in value.items()}
 
 
 def to_text(value: Any, *, limit: int = 10000) -> str:

@@ -10,8 +10,8 @@ counters and the audit log. Pattern triage writes go through dlqconsole.deadlett
 
 from __future__ import annotations
 
-import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import ShowFacets
@@ -30,7 +30,7 @@ from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
-from dlqconsole.deadletters.payload import show_body
+from dlqconsole.deadletters.payload import show_body, show_json
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS, actions_allowed
 
@@ -90,9 +90,25 @@ class PatternFilter(admin.SimpleListFilter):
         return queryset.filter(pattern_id=int(value)) if value.isdigit() else queryset.none()
 
 
-def pretty_json(value: Any) -> str:
-    """Stored JSON (headers, properties, x-death in core.jsonsafe's tagged form) as escaped, indented text."""
-    return format_html('<pre class="dlq-raw">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+def pretty_json(value: Any, *, record_url: str) -> str:
+    """Stored JSON (headers, properties, x-death in core.jsonsafe's tagged form) as escaped text: laid out with
+    indentation, or on one line and cut when that would be too deep or too large (payload.show_json), saying so
+    with a link to the whole record."""
+    shown = show_json(value)
+    if not shown.cut:
+        return format_html('<pre class="dlq-raw">{}</pre>', shown.text)
+    return format_html(
+        '<p class="dlq-raw-cut">{} (<a href="{}">download the whole record</a>)</p><pre class="dlq-raw">{}</pre>',
+        shown.cut,
+        record_url,
+        shown.text,
+    )
+
+
+def record_url(obj: DeadLetter) -> str:
+    """The console's export of this one dead letter as JSON lines: every header and the whole body."""
+    query = urlencode({"ids": obj.pk, "status": obj.status, "format": "jsonl"})
+    return f"{reverse('deadletters:export')}?{query}"
 
 
 DEAD_LETTER_FIELDS: list[tuple[str | None, list[str]]] = [
@@ -228,41 +244,33 @@ class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
 
     @admin.display(description="payload")
     def payload(self, obj: DeadLetter) -> str:
-        # show_body returns plain text (pretty JSON, text or a hex dump); format_html escapes it, so a payload
-        # is never rendered as markup.
+        # show_body returns plain text (laid-out JSON, text or a hex dump), bounded in size, with a description of
+        # what it shows and what it left out; format_html escapes it, so a payload is never rendered as markup.
         shown = show_body(body=bytes(obj.body), content_type=obj.content_type, content_encoding=obj.content_encoding)
-        description = {
-            "json": "JSON",
-            "text": "UTF-8 text",
-            "hex": "binary, hex dump",
-            "empty": "empty body",
-        }[shown.kind]
-        if shown.truncated:
-            description += f", first {len(shown.text):,} characters of {shown.size:,} bytes"
-        if shown.note:
-            description += f", {shown.note}"
         return format_html(
-            '<p class="dlq-payload-kind">{}</p><pre class="dlq-payload dlq-payload-{}">{}</pre>',
-            description,
+            '<p class="dlq-payload-kind">{} (<a href="{}">download raw</a>)</p>'
+            '<pre class="dlq-payload dlq-payload-{}">{}</pre>',
+            shown.description,
+            reverse("deadletters:message-body", args=[obj.pk]),
             shown.kind,
             shown.text,
         )
 
     @admin.display(description="headers")
     def headers_json(self, obj: DeadLetter) -> str:
-        return pretty_json(obj.headers)
+        return pretty_json(obj.headers, record_url=record_url(obj))
 
     @admin.display(description="properties")
     def properties_json(self, obj: DeadLetter) -> str:
-        return pretty_json(obj.properties)
+        return pretty_json(obj.properties, record_url=record_url(obj))
 
     @admin.display(description="x-death")
     def x_death_json(self, obj: DeadLetter) -> str:
-        return pretty_json(obj.x_death)
+        return pretty_json(obj.x_death, record_url=record_url(obj))
 
     @admin.display(description="parse errors")
     def parse_errors_json(self, obj: DeadLetter) -> str:
-        return pretty_json(obj.parse_errors) if obj.parse_errors else "-"
+        return pretty_json(obj.parse_errors, record_url=record_url(obj)) if obj.parse_errors else "-"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -284,9 +292,13 @@ class FailurePatternForm(ModelForm[FailurePattern]):
         super().__init__(*args, **kwargs)
         # Who may own a pattern, as on its console page: active operators and admins (and whoever owns it now). A
         # plain select, not an autocomplete: that asks the user admin, which only admins may read.
-        may_own = Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]) | Q(pk=self.instance.owner_id)
-        owner = self.fields["owner"]
+        # A user who may not change the pattern (a viewer) gets the form without fields: the admin shows every
+        # field read-only, so there is no owner choice to narrow.
+        owner = self.fields.get("owner")
+        if owner is None:
+            return
         assert isinstance(owner, ModelChoiceField)
+        may_own = Q(is_superuser=True) | Q(groups__name__in=[OPERATOR, ADMIN]) | Q(pk=self.instance.owner_id)
         owner.queryset = get_user_model().objects.filter(may_own, is_active=True).distinct().order_by("username")
 
     def clean(self) -> dict[str, Any]:

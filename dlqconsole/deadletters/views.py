@@ -47,14 +47,19 @@ from dlqconsole.deadletters.models import (
     PatternStatus,
 )
 from dlqconsole.deadletters.payload import (
+    DEATHS_SHOWN,
+    HEADER_ROWS_SHOWN,
+    PROBLEMS_SHOWN,
     body_as_text,
     death_timeline,
     error_header_names,
+    form_size_problem,
     header_rows,
     headers_as_json,
     show_body,
     text_problem,
     unified_diff,
+    value_text,
     with_line_endings_of,
 )
 from dlqconsole.deadletters.services import (
@@ -440,16 +445,23 @@ def _keyset_page(
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
     body = bytes(dead_letter.body)
-    timeline = death_timeline(dead_letter.x_death)
     history = _operation_history(dead_letter)
+    headers = _header_rows(dead_letter)
+    problems = dead_letter.parse_errors if isinstance(dead_letter.parse_errors, list) else [dead_letter.parse_errors]
+    # What the page shows is bounded (payload.py); where it cuts, it links to the raw body and the whole record.
     context = {
         "letter": dead_letter,
         "shown": show_body(
             body=body, content_type=dead_letter.content_type, content_encoding=dead_letter.content_encoding
         ),
-        "headers": _header_rows(dead_letter),
+        "headers": headers[:HEADER_ROWS_SHOWN],
+        "headers_total": len(headers),
         "properties": _property_rows(dead_letter.properties, now=timezone.now()),
-        "timeline": timeline,
+        "timeline": death_timeline(dead_letter.x_death),
+        "deaths_total": len(dead_letter.x_death) if isinstance(dead_letter.x_death, list) else 0,
+        "deaths_shown": DEATHS_SHOWN,
+        "problems": [value_text(problem) for problem in problems[:PROBLEMS_SHOWN]],
+        "record_url": _record_url(dead_letter),
         "ancestors": _ancestors(dead_letter),
         "boomerangs": list(
             dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
@@ -458,17 +470,31 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "history": history,
         "kinds": _actions_for(request, dead_letter),
         "retry": _quick_retry(request, dead_letter, history),
-        "not_editable": _not_editable(body),
+        "not_editable": _not_editable(dead_letter),
     }
     return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
 
 
-def _not_editable(body: bytes) -> str:
-    """Why the edit form cannot take this payload ("" when it can), so that the page says so instead of offering
-    an Edit and retry that only leads to a refusal (the edit view refuses the same two cases)."""
+def _record_url(dead_letter: DeadLetter) -> str:
+    """The whole record (every header, the whole death history, the body) as one line of JSON: the export of
+    this one dead letter."""
+    query = QueryDict(mutable=True)
+    query.update({"ids": str(dead_letter.pk), "status": dead_letter.status, "format": "jsonl"})
+    return f"{reverse('deadletters:export')}?{query.urlencode()}"
+
+
+def _not_editable(dead_letter: DeadLetter) -> str:
+    """Why the edit form cannot take this dead letter ("" when it can), so that the page says so instead of
+    offering an Edit and retry that only leads to a refusal (the edit view refuses the same cases)."""
+    body = bytes(dead_letter.body)
     if len(body) > editable_body_bytes():
         return "the payload is too large to edit in a form"
-    return text_problem(body)
+    problem = text_problem(body)
+    if problem:
+        return problem
+    return form_size_problem(
+        body=body.decode("utf-8"), headers=headers_as_json(dead_letter.headers, leave_out=error_header_names())
+    )
 
 
 @dataclass(frozen=True)
@@ -483,12 +509,16 @@ class FieldRow:
     note: str = ""
     # An anchor on this page where the value is shown instead (x-death: the death history).
     shown_at: str = ""
+    # What of the value was left out ("first 1,000 of 1,048,576 characters shown").
+    cut: str = ""
 
 
 def _header_rows(dead_letter: DeadLetter) -> list[FieldRow]:
     """The headers in order of name, ignoring case, so x-death, x-first-death-* and x-last-death-* sit where a
     reader looks for them; x-death itself is a pointer to the death history, where its entries are shown."""
-    rows = [FieldRow(name=name, value=value, kind=kind) for name, value, kind in header_rows(dead_letter.headers)]
+    rows = [
+        FieldRow(name=row.name, value=row.value, kind=row.kind, cut=row.cut) for row in header_rows(dead_letter.headers)
+    ]
     trace = _stack_trace_header(rows) if dead_letter.stack_trace else None
     if trace is not None:
         lines = len(dead_letter.stack_trace.splitlines())
@@ -496,6 +526,7 @@ def _header_rows(dead_letter: DeadLetter) -> list[FieldRow]:
             rows[trace],
             value=f"the stack trace ({lines} {'line' if lines == 1 else 'lines'}), shown above under Failure",
             shown_at="stack-trace",
+            cut="",
         )
     if dead_letter.x_death:
         entries = len(dead_letter.x_death) if isinstance(dead_letter.x_death, list) else 1
@@ -524,11 +555,13 @@ def _stack_trace_header(rows: list[FieldRow]) -> int | None:
 
 def _property_rows(properties: Any, *, now: dt.datetime) -> list[FieldRow]:
     rows = []
-    for name, value, kind in header_rows(properties):
-        if name == "timestamp":
-            rows.append(_timestamp_row(jsonsafe.decode(properties).get(name), value=value, kind=kind, now=now))
+    for row in header_rows(properties):
+        if row.name == "timestamp":
+            rows.append(
+                _timestamp_row(jsonsafe.decode(properties).get("timestamp"), value=row.value, kind=row.kind, now=now)
+            )
         else:
-            rows.append(FieldRow(name=name, value=value, kind=kind))
+            rows.append(FieldRow(name=row.name, value=row.value, kind=row.kind, cut=row.cut))
     return rows
 
 
@@ -914,16 +947,19 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern"), pk=pk)
     raw = bytes(dead_letter.body)
     limit = editable_body_bytes()
-    original_body = body_as_text(raw) if len(raw) <= limit else None
+    problem = _not_editable(dead_letter)
+    original_body = body_as_text(raw) if not problem else None
     original_headers = headers_as_json(dead_letter.headers)
     context: dict[str, Any] = {
         "letter": dead_letter,
         "editable": original_body is not None,
         "limit": limit,
-        "not_editable": text_problem(raw),
+        "not_editable": problem,
     }
     if len(raw) > limit:
         context["too_large"] = len(raw)
+    elif problem and not text_problem(raw):
+        context["too_large_for_page"] = True
     initial_headers = headers_as_json(dead_letter.headers, leave_out=error_header_names())
     form = EditForm(initial={"body": original_body or "", "headers": initial_headers, "submission": uuid4().hex})
     if request.method == "POST" and original_body is not None:

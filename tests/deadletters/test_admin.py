@@ -307,6 +307,25 @@ def test_viewer_cannot_change_a_pattern_in_the_admin(client: Client, letters: di
     assert pattern.status == "open"
 
 
+def test_viewer_opens_a_pattern_in_the_admin_read_only_and_a_post_changes_nothing(
+    viewer: User, letters: dict[str, DeadLetter]
+) -> None:
+    client = client_for(viewer)
+    pattern = letters["timeout"].pattern
+    url = reverse("admin:deadletters_failurepattern_change", args=[pattern.pk])
+
+    page = client.get(url)
+    sent = client.post(url, {"status": "ignored", "owner": viewer.pk, "note": "mine now"})
+
+    assert page.status_code == 200
+    assert "Read timed out after &lt;NUM&gt;ms" in page.content.decode()
+    assert 'name="status"' not in page.content.decode() and 'name="owner"' not in page.content.decode()
+    assert sent.status_code == 403
+    pattern.refresh_from_db()
+    assert (pattern.status, pattern.owner_id, pattern.note) == ("open", None, "")
+    assert not AuditEntry.objects.filter(target=f"pattern #{pattern.pk}").exists()
+
+
 def test_counters_and_pattern_history_are_read_only(admin_client: Client, letters: dict[str, DeadLetter]) -> None:
     counts = admin_client.get(reverse("admin:deadletters_deadlettercount_changelist"))
     events = admin_client.get(reverse("admin:deadletters_patternevent_changelist"))
