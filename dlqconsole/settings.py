@@ -293,8 +293,9 @@ DLQ_CONSUMER_BATCH_BYTES = env_int("DLQ_CONSUMER_BATCH_BYTES", 32 * 1024 * 1024,
 DLQ_CONSUMER_HEARTBEAT_FILE = env_str("DLQ_CONSUMER_HEARTBEAT_FILE", str(VAR_DIR / "consume_dlq.alive"))
 # Consumer processes per consume_dlq (0: one per core, at most 4, on PostgreSQL; one on SQLite).
 DLQ_CONSUMER_PROCESSES = env_int("DLQ_CONSUMER_PROCESSES", 0, minimum=0)
-# Pages show at most this much of a body (the rest is a download away) instead of rendering megabytes.
-DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024)
+# Pages show at most this much of a body (the rest is a download away) instead of rendering megabytes; at most
+# 128 KB, so that no page passes 5 MB whatever the body holds (deadletters/payload.py).
+DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=1024, maximum=128 * 1024)
 # A body larger than this is stored cut to this size, with its full size and SHA-256 in parse_errors, and cannot be
 # replayed (the message sent would not be the one that died): one flood of huge messages must not fill the database.
 DLQ_MAX_BODY_BYTES = env_int("DLQ_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)

@@ -47,6 +47,8 @@ class EditForm(forms.Form):
             headers = json.loads(text)
         except ValueError as error:
             raise forms.ValidationError(f"Headers must be a JSON object: {error}") from None
+        except RecursionError:
+            raise forms.ValidationError("Headers must be a JSON object nested less deeply.") from None
         if not isinstance(headers, dict):
             raise forms.ValidationError("Headers must be a JSON object.")
         if any(is_death_header(name) for name in headers):

@@ -467,6 +467,13 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
         ),
         "edits": list(dead_letter.edits.order_by("id").only("id", "status", "ingested_at")[:50]),
+        # Identical in every byte, delivered separately (see ingest/services.py): the first, or the further ones.
+        "identical_first": DeadLetter.objects.filter(pk=dead_letter.identical_to_id).only("id", "status").first()
+        if dead_letter.identical_to_id
+        else None,
+        "identical_copies": list(
+            DeadLetter.objects.filter(identical_to=dead_letter).order_by("id").only("id", "status")[:50]
+        ),
         "history": history,
         "kinds": _actions_for(request, dead_letter),
         "retry": _quick_retry(request, dead_letter, history),

@@ -89,6 +89,18 @@ def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
     assert DeadLetter.objects.count() == 1 and Operation.objects.count() == 0
 
 
+def test_headers_nested_past_the_parsers_depth_are_refused_not_a_500(operator: User) -> None:
+    (stored,) = ingest(letter())
+
+    response = client_for(operator).post(
+        f"/messages/{stored.pk}/edit/", {"body": "{}", "headers": "[" * 200_000, "action": "send"}
+    )
+
+    assert response.status_code == 400
+    assert "nested less deeply" in response.content.decode()
+    assert DeadLetter.objects.count() == 1
+
+
 def test_bad_headers_json_is_explained(operator: User) -> None:
     (stored,) = ingest(letter())
 

@@ -21,6 +21,7 @@ from django.db import connection
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
+from tests.conftest import client_for
 from tests.ingest.conftest import DeadLetterQueue
 
 AT = dt.datetime(2026, 11, 27, 10, 0, tzinfo=dt.UTC)
@@ -148,3 +149,20 @@ def test_two_identical_messages_published_to_a_dlq_are_two_dead_letters(
     assert (bytes(first.body), bytes(copy.body)) == (b"same", b"same")
     assert copy.identical_to_id == first.pk
     assert amqp_channel.queue_declare(queue=dead_letter_queue.dlq, passive=True).method.message_count == 0
+
+
+@pytest.mark.django_db
+def test_a_message_page_links_identical_copies_both_ways(viewer: Any) -> None:
+    ingest_batch(letters=[same(), same()], now=AT)
+    first, copy = stored()
+    client = client_for(viewer)
+
+    first_id = first.pk
+    first_page = client.get(f"/messages/{first_id}/").content.decode()
+    copy_page = client.get(f"/messages/{copy.pk}/").content.decode()
+    first.delete()
+    orphan_page = client.get(f"/messages/{copy.pk}/").content.decode()
+
+    assert f'href="/messages/{copy.pk}/">#{copy.pk}</a>' in first_page.split('data-testid="identical-copies"')[1]
+    assert f'href="/messages/{first_id}/">#{first_id}</a>' in copy_page.split('data-testid="identical-to"')[1]
+    assert f"#{first_id} (no longer stored)" in orphan_page

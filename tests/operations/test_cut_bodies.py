@@ -18,6 +18,7 @@ from dlqconsole.operations.models import ItemStatus, OperationKind, RetryPolicy
 from dlqconsole.operations.policies import schedule_new_dead_letters
 from dlqconsole.operations.runner import CUT_BODY
 from dlqconsole.operations.services import plan_operation, run_operation, start_operation
+from tests.conftest import client_for
 from tests.operations.conftest import declare_with_dlq, drain
 
 pytestmark = pytest.mark.django_db
@@ -78,3 +79,14 @@ def test_no_retry_policy_schedules_a_cut_body(settings: Any, queue_name: Any) ->
     whole.refresh_from_db()
     cut.refresh_from_db()
     assert (whole.status, cut.status) == ("scheduled", "parked")
+
+
+def test_the_message_page_says_a_body_was_cut(settings: Any, viewer: User, queue_name: Any) -> None:
+    settings.DLQ_MAX_BODY_BYTES = 2048
+    (cut,) = dead_letters(queue_name("orders"), [b"y" * 5000])
+
+    page = client_for(viewer).get(f"/messages/{cut.pk}/").content.decode()
+
+    notice = page.split('data-testid="body-cut"')[1].split("</p>")[0]
+    assert "Cut at ingest: 4.9\xa0KB were delivered, over DLQ_MAX_BODY_BYTES; the first 2.0\xa0KB are kept" in notice
+    assert "It cannot be replayed." in notice
