@@ -440,7 +440,7 @@ class PurgedDeadLetter(models.Model):
     # Plain values, not keys: the dead letter is gone, and its pattern may be merged away later.
     dead_letter_id = models.BigIntegerField()
     message_id = models.CharField(max_length=255, blank=True)
-    dedupe_key = models.CharField(max_length=64)
+    dedupe_key = models.CharField(max_length=80)
     source_queue = models.CharField(max_length=255)
     pattern_id = models.BigIntegerField(null=True, blank=True)
     pattern_template = models.TextField(blank=True)

@@ -218,3 +218,18 @@ def test_a_cell_a_spreadsheet_would_run_as_a_formula_is_defused(admin_user: User
     (row,) = csv_rows(client_for(operator).get(f"/operations/{operation.pk}/purged.csv"))
 
     assert row["message_id"] == '\'=HYPERLINK("http://evil.example","x")'
+
+
+def test_a_further_occurrence_of_identical_content_is_recorded_with_its_longer_key(
+    admin_user: User, celery_queue: str, django_capture_on_commit_callbacks
+) -> None:
+    (first,) = synthetic_dead_letters(queue="orders", count=1)
+    (copy,) = synthetic_dead_letters(queue="orders", count=1)  # the same bytes again: a further occurrence
+    key = DeadLetter.objects.get(pk=copy).dedupe_key
+    assert len(key) == 77 and DeadLetter.objects.get(pk=copy).identical_to_id == first
+
+    operation = purged_through_the_page(admin_user, [first, copy], django_capture_on_commit_callbacks)
+
+    assert sorted(PurgedDeadLetter.objects.filter(operation=operation).values_list("dedupe_key", flat=True)) == sorted(
+        [key[:64], key]
+    )

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
                 ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
                 ("dead_letter_id", models.BigIntegerField()),
                 ("message_id", models.CharField(blank=True, max_length=255)),
-                ("dedupe_key", models.CharField(max_length=64)),
+                ("dedupe_key", models.CharField(max_length=80)),
                 ("source_queue", models.CharField(max_length=255)),
                 ("pattern_id", models.BigIntegerField(blank=True, null=True)),
                 ("pattern_template", models.TextField(blank=True)),
