@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
+from dlqconsole.checks import DEVELOPMENT_SECRET_KEY
 from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_networks, env_str
 
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
@@ -22,12 +23,11 @@ VAR_DIR = Path(env_str("DLQ_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("DLQ_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set")
-    # A laptop default so that runserver and the tests work; deployments set SECRET_KEY.
-    SECRET_KEY = "dev-insecure-dlqconsole-secret-key-change-me-0123456789"
+# Signs sessions, CSRF tokens and channel tags. Without it, a public development key lets the commands that sign
+# nothing run anywhere (migrate, check, collectstatic, `dlq fingerprint`); the web server, the Celery workers and
+# beat refuse to start with it unless DEBUG is on, and `check --deploy` reports it (dlqconsole/checks.py, whose
+# deploy check importing it here registers).
+SECRET_KEY = env_str("SECRET_KEY", "") or DEVELOPMENT_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
