@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -166,8 +167,25 @@ SECURE_CSP = {
     "form-action": [CSP.SELF],
     "frame-ancestors": [CSP.NONE],
 }
+# Behind TLS (README, "Behind TLS"). Cookies only over HTTPS:
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# The header a TLS-terminating proxy sets to "https" (X-Forwarded-Proto); empty: no header is trusted to say so.
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "").strip()
+if _proxy_ssl_header and not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+    raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name, not {_proxy_ssl_header!r}")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https") if _proxy_ssl_header else None
+)
+# Redirect plain HTTP to HTTPS, except /healthz and /metrics: container health checks and Prometheus call them
+# inside the network, over plain HTTP.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# HTTP Strict Transport Security: seconds browsers remember to use HTTPS only (0: no header), for subdomains too,
+# and the consent to browsers' preload lists.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
 # Broker and background work.
 AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
