@@ -456,3 +456,7 @@ DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)
 DLQ_NOTIFY_BURST = env_int("DLQ_NOTIFY_BURST", 5, minimum=1)
 DLQ_NOTIFY_WINDOW = env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1)
 DLQ_METRICS_MAX_QUEUES = env_int("DLQ_METRICS_MAX_QUEUES", 50, minimum=1)
+# When set, /metrics answers only requests with `Authorization: Bearer <this token>` (401 otherwise).
+DLQ_METRICS_TOKEN = env_str("DLQ_METRICS_TOKEN", "")
+# /healthz asks the broker at most once in this many seconds per web process (it needs no login).
+DLQ_HEALTHZ_BROKER_CACHE_SECONDS = env_float("DLQ_HEALTHZ_BROKER_CACHE_SECONDS", 5.0, minimum=0.0)
