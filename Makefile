@@ -4,15 +4,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: setup run test test-fast lint bench services clean
+.PHONY: setup lock run test test-fast lint bench services clean
 
+# Every package, transitive ones too, is pinned with its hashes in requirements-dev.txt (compiled by `make lock`),
+# and pip refuses anything else. The venv's own pip is used as it comes: upgrading it would fetch an unpinned one.
 $(VENV)/.installed: requirements.txt requirements-dev.txt scripts/python
 	test -x $(PY) || "$$(scripts/python)" -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.txt
 	touch $@
 
 setup: $(VENV)/.installed
+
+# Compiles requirements.in and requirements-dev.in into the lock files, for every Python the console supports (3.12
+# and newer, on any platform). Versions already locked are kept where they still fit (`--upgrade-package NAME` on
+# the command moves one).
+LOCK := $(VENV)/bin/uv pip compile --universal --generate-hashes --python-version 3.12
+lock: setup
+	$(LOCK) requirements.in -o requirements.txt
+	$(LOCK) requirements-dev.in -o requirements-dev.txt
 
 services:
 	scripts/services

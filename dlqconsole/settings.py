@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -12,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
+from dlqconsole.checks import DEVELOPMENT_SECRET_KEY
 from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_networks, env_str
 
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
@@ -22,12 +24,11 @@ VAR_DIR = Path(env_str("DLQ_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("DLQ_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set")
-    # A laptop default so that runserver and the tests work; deployments set SECRET_KEY.
-    SECRET_KEY = "dev-insecure-dlqconsole-secret-key-change-me-0123456789"
+# Signs sessions, CSRF tokens and channel tags. Without it, a public development key lets the commands that sign
+# nothing run anywhere (migrate, check, collectstatic, `dlq fingerprint`); the web server, the Celery workers and
+# beat refuse to start with it unless DEBUG is on, and `check --deploy` reports it (dlqconsole/checks.py, whose
+# deploy check importing it here registers).
+SECRET_KEY = env_str("SECRET_KEY", "") or DEVELOPMENT_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -166,8 +167,25 @@ SECURE_CSP = {
     "form-action": [CSP.SELF],
     "frame-ancestors": [CSP.NONE],
 }
+# Behind TLS (README, "Behind TLS"). Cookies only over HTTPS:
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# The header a TLS-terminating proxy sets to "https" (X-Forwarded-Proto); empty: no header is trusted to say so.
+_proxy_ssl_header = env_str("SECURE_PROXY_SSL_HEADER", "").strip()
+if _proxy_ssl_header and not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+    raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name, not {_proxy_ssl_header!r}")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https") if _proxy_ssl_header else None
+)
+# Redirect plain HTTP to HTTPS, except /healthz and /metrics: container health checks and Prometheus call them
+# inside the network, over plain HTTP.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# HTTP Strict Transport Security: seconds browsers remember to use HTTPS only (0: no header), for subdomains too,
+# and the consent to browsers' preload lists.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
 # Broker and background work.
 AMQP_URL = env_str("AMQP_URL", "amqp://guest:guest@localhost:5672/%2F")
@@ -452,3 +470,7 @@ DLQ_CHANNEL_DISABLE_AFTER = env_int("DLQ_CHANNEL_DISABLE_AFTER", 3, minimum=1)
 DLQ_NOTIFY_BURST = env_int("DLQ_NOTIFY_BURST", 5, minimum=1)
 DLQ_NOTIFY_WINDOW = env_duration("DLQ_NOTIFY_WINDOW", "5m", minimum=1)
 DLQ_METRICS_MAX_QUEUES = env_int("DLQ_METRICS_MAX_QUEUES", 50, minimum=1)
+# When set, /metrics answers only requests with `Authorization: Bearer <this token>` (401 otherwise).
+DLQ_METRICS_TOKEN = env_str("DLQ_METRICS_TOKEN", "")
+# /healthz asks the broker at most once in this many seconds per web process (it needs no login).
+DLQ_HEALTHZ_BROKER_CACHE_SECONDS = env_float("DLQ_HEALTHZ_BROKER_CACHE_SECONDS", 5.0, minimum=0.0)

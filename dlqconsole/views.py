@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import hmac
+import threading
+import time
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -23,20 +28,48 @@ def healthz(request: HttpRequest) -> JsonResponse:
         checks["database"] = "ok"
     except Exception as error:  # noqa: BLE001  (a health check reports failures, it does not raise them)
         checks["database"] = f"error: {type(error).__name__}"
-    try:
-        broker = connect(heartbeat=0)
-        broker.close()
-        checks["broker"] = "ok"
-    except Exception as error:  # noqa: BLE001
-        checks["broker"] = f"error: {type(error).__name__}"
+    checks["broker"] = broker_status()
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503)
+
+
+# The broker's last answer per AMQP_URL in this process: (when it was asked, "ok" or the error).
+_broker_answers: dict[str, tuple[float, str]] = {}
+_broker_lock = threading.Lock()
+
+
+def broker_status() -> str:
+    """Whether the broker answers, asked at most once per DLQ_HEALTHZ_BROKER_CACHE_SECONDS in a process: /healthz
+    needs no login, and calls piling up must not pile up AMQP connections. The lock makes a thread that comes
+    while another asks wait for that answer instead of connecting too."""
+    url = settings.AMQP_URL
+    with _broker_lock:
+        asked_at, answer = _broker_answers.get(url, (float("-inf"), ""))
+        if time.monotonic() - asked_at < settings.DLQ_HEALTHZ_BROKER_CACHE_SECONDS:
+            return answer
+        try:
+            connect(url, heartbeat=0).close()
+            answer = "ok"
+        except Exception as error:  # noqa: BLE001  (a health check reports failures, it does not raise them)
+            answer = f"error: {type(error).__name__}"
+        _broker_answers[url] = (time.monotonic(), answer)
+        return answer
 
 
 @login_not_required
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus metrics; with DLQ_METRICS_TOKEN set, only for `Authorization: Bearer <token>`."""
+    token = settings.DLQ_METRICS_TOKEN
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        # compare_digest takes as long for a wrong token as for a right one of the same length.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            response = HttpResponse("A bearer token is needed (DLQ_METRICS_TOKEN).\n", status=401)
+            response["Content-Type"] = "text/plain; charset=utf-8"
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
     return ExportToDjangoView(request)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,6 +15,10 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from dlqconsole.core.amqp import connect
+
+# The Celery workers and beat that tests start refuse to start without a real SECRET_KEY (dlqconsole/checks.py):
+# scripts/test exports one for its run, and a run started by hand gets one made here for the processes it starts.
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
@@ -19,6 +23,8 @@ from dlqconsole.operations.models import Operation, OperationKind, OperationStat
 from tests.alerts.conftest import ingest, rule, settle
 
 pytestmark = [pytest.mark.django_db]
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -198,3 +204,51 @@ def test_scrape_reads_counters_not_dead_letters(client: Client, django_assert_ma
 
     with django_assert_max_num_queries(20):
         client.get("/metrics")
+
+
+@pytest.mark.sqlite
+@override_settings(DLQ_METRICS_TOKEN="scrape-token-0123456789")
+def test_with_a_token_set_metrics_answer_401_without_the_bearer_token(client: Client) -> None:
+    missing = client.get("/metrics")
+    wrong = client.get("/metrics", headers={"Authorization": "Bearer scrape-token-012345678"})
+    basic = client.get("/metrics", headers={"Authorization": "Basic c2NyYXBlLXRva2VuLTAxMjM0NTY3ODk="})
+    right = client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"})
+
+    for refused in (missing, wrong, basic):
+        assert refused.status_code == 401
+        assert refused["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        assert b"dlq_" not in refused.content
+    assert right.status_code == 200
+    assert b"dlq_metrics_up 1.0" in right.content
+
+
+@pytest.mark.sqlite
+@override_settings(DLQ_METRICS_TOKEN="scrape-token-0123456789")
+def test_the_bearer_scheme_is_read_without_regard_to_case(client: Client) -> None:
+    response = client.get("/metrics", headers={"Authorization": "bearer scrape-token-0123456789"})
+
+    assert response.status_code == 200
+
+
+def test_the_example_prometheus_config_with_its_authorization_block_is_valid(tmp_path: Path) -> None:
+    """The block is commented out in the example (Prometheus stops scraping when its token file is missing):
+    switched on, with a token file beside it, promtool accepts it."""
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; scripts/system-packages)")
+    example = (DEPLOY / "prometheus.yml").read_text()
+    block = re.search(r"^( +)# authorization:\n(?:\1#   .*\n)+", example, re.MULTILINE)
+    assert block is not None, "prometheus.yml shows no authorization block"
+    enabled = block[0].replace("# ", "", 1).replace("\n" + block[1] + "#   ", "\n" + block[1] + "  ")
+    (tmp_path / "alerts.yml").write_text((DEPLOY / "alerts.yml").read_text())
+    (tmp_path / "dlqconsole-metrics-token").write_text("scrape-token-0123456789\n")
+    config = example.replace(block[0], enabled).replace(
+        "/etc/prometheus/dlqconsole-metrics-token", str(tmp_path / "dlqconsole-metrics-token")
+    )
+    (tmp_path / "prometheus.yml").write_text(config)
+
+    result = subprocess.run(
+        ["promtool", "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+
+    assert "authorization:\n" in config and "credentials_file: " + str(tmp_path) in config
+    assert result.returncode == 0, result.stdout + result.stderr

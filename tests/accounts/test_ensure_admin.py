@@ -1,8 +1,10 @@
-"""`ensure_admin` (run by `make run`) creates the admin login once and always prints a password that works."""
+"""`ensure_admin` creates the admin login once. For `make run` it always prints a password that works (kept in
+var/); for docker compose (`--no-password-file`) it prints a generated password once and never resets it."""
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,38 @@ def test_a_chosen_password_replaces_the_remembered_one_for_later_runs(
     assert (var_dir / "admin-password.txt").read_text().strip() == "chosen-pw-123"
     assert authenticate(username="admin", password="chosen-pw-123") is not None
     assert User.objects.filter(username="admin").count() == 1
+
+
+def ensure_admin_without_file() -> str:
+    out = io.StringIO()
+    call_command("ensure_admin", "--no-password-file", stdout=out)
+    return out.getvalue()
+
+
+def test_without_a_password_file_a_generated_password_is_printed_once_and_never_reset(
+    var_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = ensure_admin_without_file()
+    password = re.search(r"password '([^']+)'", first)
+    assert password is not None, first
+    # docker compose passes an unset DLQ_ADMIN_PASSWORD as an empty one: that is no password either.
+    monkeypatch.setenv("DLQ_ADMIN_PASSWORD", "")
+
+    second = ensure_admin_without_file()
+
+    assert password[1] not in second and "unchanged" in second
+    assert authenticate(username="admin", password=password[1]) is not None
+    assert not (var_dir / "admin-password.txt").exists()
+
+
+def test_without_a_password_file_an_explicit_password_still_sets_it_and_is_not_printed(
+    var_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ensure_admin_without_file()
+    monkeypatch.setenv("DLQ_ADMIN_PASSWORD", "chosen-pw-456")
+
+    printed = ensure_admin_without_file()
+
+    assert "chosen-pw-456" not in printed and "DLQ_ADMIN_PASSWORD" in printed
+    assert authenticate(username="admin", password="chosen-pw-456") is not None
+    assert not (var_dir / "admin-password.txt").exists()
