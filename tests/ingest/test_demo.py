@@ -133,3 +133,34 @@ def test_demo_stops_cleanly_on_sigterm_with_its_celery_worker(demo_prefix: str) 
     assert workers, "the demo started its Celery worker"
     assert not any(psutil.pid_exists(pid) for pid in workers)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_the_demo_shops_tasks_live_on_the_watched_vhost_not_the_consoles_own() -> None:
+    """The demo shop is one of the users' services: with the console's Celery on a vhost of its own (make run), the
+    demo's tasks still die where consume_dlq looks."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {
+        **os.environ,
+        "AMQP_URL": "amqp://guest:guest@127.0.0.1:5672/%2F",
+        "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672/dlqconsole",
+    }
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from dlqconsole.ingest.demo.celery_app import app; "
+            "print(app.connection_for_write().virtual_host, app.connection_for_read().virtual_host)",
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    assert shown.stdout.split() == ["/", "/"]

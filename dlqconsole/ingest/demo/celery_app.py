@@ -65,7 +65,12 @@ def use_queue(name: str) -> None:
 # set_as_current=False: importing the demo app (tests do) must not make it the current app of this process.
 app = Celery("dlqconsole_demo", include=["dlqconsole.ingest.demo.tasks"], fixups=[], set_as_current=False)
 app.conf.update(
-    broker_url=settings.CELERY_BROKER_URL,
+    # The demo shop is one of the users' services: its tasks live (and die) on the vhost the console watches,
+    # AMQP_URL, not on the console's own Celery vhost (CELERY_BROKER_URL, a vhost of its own in `make run`).
+    # Celery takes the CELERY_BROKER_URL environment variable over broker_url, but not over these two.
+    broker_url=settings.AMQP_URL,
+    broker_read_url=settings.AMQP_URL,
+    broker_write_url=settings.AMQP_URL,
     broker_connection_retry_on_startup=True,
     task_acks_late=True,
     task_acks_on_failure=False,
