@@ -13,6 +13,7 @@ import base64
 import csv
 import io
 import json
+import logging
 import re
 import time
 import uuid
@@ -22,19 +23,23 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
 from dlqconsole.accounts.roles import ADMIN, has_role
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.deadletters.filters import DeadLetterFilter
+from dlqconsole.core.taskargs import RefusedArgument, row_id, shown
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter
+
+logger = logging.getLogger(__name__)
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 STREAM_LIMIT = 50_000
 CHUNK = 1000
-TOKEN = re.compile(r"^(\d+)-[0-9a-f]{32}$")
+TOKEN = re.compile(r"^([0-9]+)-[0-9a-f]{32}$")
 COLUMNS = (
     "id",
     "ingested_at",
@@ -70,6 +75,8 @@ COLUMNS = (
 )
 # A spreadsheet runs a cell starting with one of these as a formula; dead letters carry text from anywhere.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# The largest primary key PostgreSQL's bigint (and SQLite's integer) holds.
+MAX_ID = 2**63 - 1
 
 
 def export_dir() -> Path:
@@ -190,6 +197,10 @@ def write_export(*, token: str, filter: dict[str, Any], export_format: str) -> i
     """Write the export file for `token`; returns how many dead letters it holds."""
     directory = export_dir()
     part = directory / f"{token}.{export_format}.part"
+    if not part.exists():
+        # Finished already (a redelivered task), or never started by start_export.
+        logger.error("export %s: no %s export waits under this token; nothing written", token, export_format)
+        return 0
     written = 0
     try:
         chosen = DeadLetterFilter.from_dict(filter)
@@ -204,6 +215,46 @@ def write_export(*, token: str, filter: dict[str, Any], export_format: str) -> i
         raise
     # The CSV header is a line too.
     return written - 1 if export_format == "csv" else written
+
+
+# The task's arguments --------------------------------------------------------------------------------------------
+
+
+def token_argument(value: Any) -> str:
+    """An export token as write_export_task takes it: TOKEN's form, naming a user who exists, a file name inside
+    the export folder."""
+    match = TOKEN.fullmatch(value) if isinstance(value, str) else None
+    # More digits than any id has would only make int() work hard.
+    if match is None or len(match.group(1)) > 19:
+        raise RefusedArgument(f"{shown(value)} is not an export token")
+    row_id(get_user_model())(int(match.group(1)))
+    directory = export_dir().resolve()
+    if (directory / value).resolve().parent != directory:
+        raise RefusedArgument(f"{shown(value)} is not a name inside the export folder")
+    return value
+
+
+def filter_argument(value: Any) -> dict[str, Any]:
+    """A filter as start_export stores it: DeadLetterFilter's fields only, each text, a whole number or a flat list
+    of them (lists only where the field is one), that DeadLetterFilter.from_dict accepts, with ids in range."""
+    if not isinstance(value, dict):
+        raise RefusedArgument(f"{shown(value)} is not a filter")
+    empty = DeadLetterFilter()
+    for name, item in value.items():
+        if name not in DeadLetterFilter.FIELDS:
+            raise RefusedArgument(f"{shown(name)} is not a filter field")
+        listed = isinstance(getattr(empty, name), list)
+        items = item if listed and isinstance(item, list) else [item]
+        if not all(isinstance(part, str) or (listed and type(part) is int) for part in items):
+            raise RefusedArgument(f"filter field {name}: {shown(item)} is neither text nor a list of it")
+    try:
+        chosen = DeadLetterFilter.from_dict(value)
+    except FilterError as problem:
+        raise RefusedArgument(f"filter: {problem}") from None
+    outside = [number for number in (*chosen.pattern, *chosen.ids) if not 1 <= number <= MAX_ID]
+    if outside:
+        raise RefusedArgument(f"filter: the id {outside[0]} is outside 1..{MAX_ID}")
+    return chosen.to_dict()
 
 
 @dataclass(frozen=True)
