@@ -20,8 +20,15 @@ from dlqconsole.ingest.services import prune_arrival_counts
         "export_format": one_of(exports.FORMATS),
     },
 )
-def write_export_task(*, token: str, filter: dict[str, Any], export_format: str) -> int:  # noqa: A002
-    return exports.write_export(token=token, filter=filter, export_format=export_format)
+def write_export_task(*, token: str, filter: dict[str, Any], export_format: str) -> None:  # noqa: A002
+    def continue_later(seconds: float) -> None:
+        # Every export slot is busy: come back later with the same (checked) arguments instead of holding a worker
+        # process that operations need.
+        write_export_task.apply_async(
+            kwargs={"token": token, "filter": filter, "export_format": export_format}, countdown=seconds
+        )
+
+    exports.write_export(token=token, filter=filter, export_format=export_format, continue_later=continue_later)
 
 
 @app.task(name="deadletters.delete_expired_exports", base=CheckedTask)
