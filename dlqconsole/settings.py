@@ -264,6 +264,12 @@ CELERY_BEAT_SCHEDULE |= {
 }
 # Export files written in the background are deleted this long after they were written.
 DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1)
+# Exports one person may run at once, streamed ones included; a further one is refused.
+DLQ_EXPORTS_PER_USER = env_int("DLQ_EXPORTS_PER_USER", 2, minimum=1)
+# Background exports written at once across all workers; one more waits without holding its worker.
+DLQ_EXPORT_CONCURRENCY = env_int("DLQ_EXPORT_CONCURRENCY", 1, minimum=1)
+# Seconds one database read of an export may take (PostgreSQL); past it the export ends with an error line.
+DLQ_EXPORT_READ_TIMEOUT_SECONDS = env_float("DLQ_EXPORT_READ_TIMEOUT_SECONDS", 30.0, minimum=0.1)
 # Alerts: evaluate the rules every few seconds (a first dead letter alerts within seconds), sample watched queue
 # depths, re-enqueue due notification retries and send due digests. A tick that could not start in time is
 # dropped, not piled up.

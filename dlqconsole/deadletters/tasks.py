@@ -1,20 +1,39 @@
+"""Celery tasks of the deadletters app; their arguments are checked as if a stranger sent them
+(core/taskargs.py)."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from dlqconsole.celery import app
-from dlqconsole.deadletters.exports import delete_expired_exports, write_export
+from dlqconsole.core.taskargs import CheckedTask, one_of
+from dlqconsole.deadletters import exports
 from dlqconsole.ingest.services import prune_arrival_counts
 
 
-@app.task(name="deadletters.write_export")
-def write_export_task(*, token: str, filter: dict[str, Any], export_format: str) -> int:  # noqa: A002
-    return write_export(token=token, filter=filter, export_format=export_format)
+@app.task(
+    name="deadletters.write_export",
+    base=CheckedTask,
+    argument_checks={
+        "token": exports.token_argument,
+        "filter": exports.filter_argument,
+        "export_format": one_of(exports.FORMATS),
+    },
+)
+def write_export_task(*, token: str, filter: dict[str, Any], export_format: str) -> None:  # noqa: A002
+    def continue_later(seconds: float) -> None:
+        # Every export slot is busy: come back later with the same (checked) arguments instead of holding a worker
+        # process that operations need.
+        write_export_task.apply_async(
+            kwargs={"token": token, "filter": filter, "export_format": export_format}, countdown=seconds
+        )
+
+    exports.write_export(token=token, filter=filter, export_format=export_format, continue_later=continue_later)
 
 
-@app.task(name="deadletters.delete_expired_exports")
+@app.task(name="deadletters.delete_expired_exports", base=CheckedTask)
 def delete_expired_exports_task() -> int:
     """The app's hourly retention (beat's deadletters-export-retention): old export files, and arrival counts
     past every chart's window. Returns how many export files went."""
     prune_arrival_counts()
-    return delete_expired_exports()
+    return exports.delete_expired_exports()

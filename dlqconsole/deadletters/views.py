@@ -33,7 +33,6 @@ from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
-from dlqconsole.accounts.services import record_audit
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
@@ -703,17 +702,24 @@ def message_export(request: HtmxHttpRequest) -> HttpResponseBase:
     except FilterError as problem:
         messages.error(request, str(problem))
         return redirect("deadletters:messages")
-    if request.method == "POST":
-        token = exports.start_export(filter=chosen.to_dict(), export_format=export_format, user=request.user)
-        return redirect("deadletters:export-status", name=token)
-    if exports.is_large(chosen):
-        return render(
-            request,
-            "deadletters/export_large.html",
-            {"format": export_format, "filter_items": query.lists(), "limit": exports.STREAM_LIMIT},
-        )
-    record_audit(actor=request.user, action="export", target=f"messages.{export_format}", filter=chosen.to_dict())
-    return exports.streaming_response(chosen, export_format=export_format)
+    try:
+        if request.method == "POST":
+            token = exports.start_export(filter=chosen.to_dict(), export_format=export_format, user=request.user)
+            return redirect("deadletters:export-status", name=token)
+        if exports.is_large(chosen):
+            return render(
+                request,
+                "deadletters/export_large.html",
+                {"format": export_format, "filter_items": query.lists(), "limit": exports.STREAM_LIMIT},
+            )
+        return exports.streaming_response(chosen, export_format=export_format, user=request.user)
+    except exports.ExportRefused as refusal:
+        messages.error(request, str(refusal))
+        # Back to the same filtered set, so the person sees what they were exporting.
+        kept = query.copy()
+        for name in ("format", "csrfmiddlewaretoken"):
+            kept.pop(name, None)
+        return redirect(reverse("deadletters:messages") + (f"?{kept.urlencode()}" if kept else ""))
 
 
 @require_GET
@@ -725,9 +731,11 @@ def export_status(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
     if found.state == "ready" and request.GET.get("download"):
         return FileResponse(found.path.open("rb"), as_attachment=True, filename=found.download_name)
     response = render(
-        request, _partial(request, "deadletters/export_status.html", "state"), {"export": found, "name": name}
+        request,
+        _partial(request, "deadletters/export_status.html", "state"),
+        {"export": found, "name": name, "concurrency": settings.DLQ_EXPORT_CONCURRENCY},
     )
-    if request.htmx and found.state != "running":
+    if request.htmx and found.state not in ("waiting", "running"):
         response.status_code = HttpResponseStopPolling.status_code
     return response
 

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,18 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.deadletters import exports
+from dlqconsole.deadletters import export_lines, exports
+from tests.deadletters.export_world import clear_export_leases
 from tests.deadletters.page_world import ingest, letter, many
 
 pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture(autouse=True)
+def _no_export_leases() -> Iterator[None]:
+    clear_export_leases()
+    yield
+    clear_export_leases()
 
 
 @pytest.fixture
@@ -86,7 +95,7 @@ def test_csv_export_writes_a_text_body_holding_nul_as_base64(viewer_client: Clie
 
 @pytest.mark.sqlite
 def test_export_reads_every_row_across_keyset_chunks(viewer_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(exports, "CHUNK", 7)
+    monkeypatch.setattr(export_lines, "CHUNK", 7)
     stored = many(30)
 
     response = viewer_client.get("/messages/export/?format=jsonl")
@@ -94,6 +103,38 @@ def test_export_reads_every_row_across_keyset_chunks(viewer_client: Client, monk
     ids = [json.loads(line)["id"] for line in body_of(response).splitlines()]
     assert sorted(ids) == sorted(row.pk for row in stored)
     assert ids == sorted(ids, reverse=True)
+
+
+@pytest.mark.sqlite
+def test_bodies_written_in_pieces_read_back_whole(viewer_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pieces of 7 characters: quotes, separators, line ends and multi-byte characters fall across their edges.
+    monkeypatch.setattr(export_lines, "PIECE", 7)
+    bodies = [
+        'say "hi", then\r\nleave "now"' * 5,
+        "=SUM(A1:A9) ünïcødé 🐇 and ✓✓✓✓ across edges" * 3,
+        "+" + "x" * 40,
+        b"\xff\xfe binary \x00 and more bytes".decode("latin-1") * 3,
+        "",
+        "short",
+    ]
+    for body in bodies:
+        ingest(letter(body=body.encode("latin-1" if body.startswith("\xff") else "utf-8")))
+    expected = sorted(body.encode("latin-1" if body.startswith("\xff") else "utf-8") for body in bodies)
+
+    jsonl = body_of(viewer_client.get("/messages/export/?format=jsonl"))
+    rows = list(csv.DictReader(io.StringIO(body_of(viewer_client.get("/messages/export/?format=csv")))))
+
+    def decoded(body: str, encoding: str, *, sheet: bool) -> bytes:
+        if encoding == "base64":
+            return base64.b64decode(body)
+        # The CSV marks a text body a spreadsheet would run as a formula with a leading quote.
+        return (body[1:] if sheet and body.startswith("'") else body).encode()
+
+    records = [json.loads(line) for line in jsonl.splitlines()]
+    assert sorted(decoded(item["body"], item["body_encoding"], sheet=False) for item in records) == expected
+    assert sorted(decoded(row["body"], row["body_encoding"], sheet=True) for row in rows) == expected
+    assert [row["headers"] for row in rows] == [json.dumps(item["headers"], ensure_ascii=False) for item in records]
+    assert {row["body"][:2] for row in rows if row["body"].startswith("'")} == {"'=", "'+"}
 
 
 def test_unknown_export_format_is_404(viewer_client: Client) -> None:
