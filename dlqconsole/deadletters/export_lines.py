@@ -74,8 +74,6 @@ COLUMNS = (
 )
 # A spreadsheet runs a cell starting with one of these as a formula; dead letters carry text from anywhere.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-# A spreadsheet runs a cell starting with one of these as a formula; dead letters carry text from anywhere.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 # Reading ---------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.deadletters.exports import FORMULA_START
+from dlqconsole.deadletters.export_lines import FORMULA_START
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationKind, PurgedDeadLetter
 

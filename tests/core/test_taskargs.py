@@ -27,6 +27,7 @@ def test_every_task_of_the_console_checks_its_arguments() -> None:
         "alerts.retry_notifications",
         "alerts.sample_queues",
         "alerts.prune_notifications",
+        "accounts.prune_audit",
     } <= set(console)
     assert [name for name, task in console.items() if not isinstance(task, CheckedTask)] == []
 
