@@ -14,6 +14,7 @@ from typing import Any
 import pika
 import pika.data
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
@@ -183,7 +184,8 @@ def assert_every_page_is_bounded(stored: DeadLetter, *users: User) -> None:
 def test_every_page_of_a_hostile_body_answers_under_5_mb(hostile: HostileBody, admin_user: User, viewer: User) -> None:
     stored = store(body=hostile.body, content_type=hostile.content_type, content_encoding=hostile.content_encoding)
 
-    assert bytes(stored.body) == hostile.body
+    # Stored whole, or (over DLQ_MAX_BODY_BYTES) cut, its first part kept.
+    assert bytes(stored.body) == hostile.body[: settings.DLQ_MAX_BODY_BYTES]
     assert_every_page_is_bounded(stored, admin_user, viewer)
 
 
@@ -263,10 +265,13 @@ def test_a_large_body_says_how_much_of_it_is_shown(viewer: User) -> None:
     (hostile,) = [body for body in HOSTILE_BODIES if body.name == "twenty-megabytes"]
     stored = store(body=hostile.body, content_type=hostile.content_type)
 
-    heading = payload_heading(client_for(viewer).get(f"/messages/{stored.pk}/").content.decode())
+    html = client_for(viewer).get(f"/messages/{stored.pk}/").content.decode()
+    heading = payload_heading(html)
 
-    assert "first 64.0\xa0KB of 20.0\xa0MB shown" in heading
+    # 20 MB delivered, over DLQ_MAX_BODY_BYTES: 16 MB kept, and the page says both.
+    assert "first 64.0\xa0KB of 16.0\xa0MB shown" in heading
     assert f'href="/messages/{stored.pk}/body/"' in heading
+    assert "Cut at ingest: 20.0\xa0MB were delivered" in html
 
 
 def test_a_gzip_bomb_is_inflated_only_as_far_as_the_preview(viewer: User) -> None:
