@@ -17,7 +17,11 @@ Memory: every delivery received and not yet acked is held in this process, and a
 size. The bodies held are counted; past DLQ_CONSUMER_MAX_BYTES the loop stops reading the connection (the broker
 keeps the rest; TCP flow control stops it sending) and writes what it holds, reading a little once a second only
 to keep heartbeats going, until an acked batch brings it under the budget again. A batch is written when it
-reaches the batch size or DLQ_CONSUMER_BATCH_BYTES of bodies, whichever comes first.
+reaches the batch size or DLQ_CONSUMER_BATCH_BYTES of bodies, whichever comes first. So that what the broker has
+sent towards a paused consumer stays small too (in its memory, out of reach of the other consumers), each queue's
+prefetch is its share of the budget divided by the largest body lately seen on it (at most DLQ_CONSUMER_PREFETCH):
+it shrinks at once when large messages come, by consuming again with the smaller prefetch (pika returns what
+arrived meanwhile to the queue), and grows back slowly when they are gone.
 
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
 redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
@@ -71,6 +75,10 @@ MISSING_RETRY_SECONDS = 5.0
 # Over the byte budget, the connection is read this often (about 100 KB a time, pika's read per event) so that
 # heartbeats keep it alive while the held deliveries are written.
 FULL_READ_SECONDS = 1.0
+# A queue's prefetch assumes bodies of this size until its first delivery, and grows again no sooner than this
+# after it shrank.
+ASSUMED_BODY_BYTES = 1024 * 1024
+PREFETCH_GROWTH_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
 # The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
 # Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
@@ -158,6 +166,12 @@ class DeadLetterConsumer:
         self.buffer_bytes = 0
         self.next_full_read = 0.0
         self.full_since: float | None = None
+        # Per queue: the largest body lately seen, the prefetch its consumer runs with, when that last shrank, and
+        # the queues whose prefetch is due for a change.
+        self.largest: dict[str, int] = {}
+        self.prefetch_of: dict[str, int] = {}
+        self.prefetch_shrunk_at: dict[str, float] = {}
+        self.resize: set[str] = set()
         # The batch handed to the writer (or kept after a database error until it can be written again).
         self.batch: list[Delivery] = []
         self.writing: Future[WriteResult] | None = None
@@ -202,6 +216,8 @@ class DeadLetterConsumer:
             if self.clock() >= self.next_refresh:
                 self.refresh_queues()
             self.collect()
+            if self.resize:
+                self.adjust_prefetch()
             self.poll()
             if self.writing is None and self.clock() >= self.retry_at and (self.batch or self.batch_due()):
                 self.submit()
@@ -262,9 +278,14 @@ class DeadLetterConsumer:
         if not wanted and not self._warned_no_queues:
             log.warning("no dead-letter queues to consume: pass --queues, set DLQ_QUEUES or run declare_topology")
         self._warned_no_queues = not wanted
-        for queue in wanted:
-            if queue not in self.channels:
-                self.start_consuming(queue)
+        added = [queue for queue in wanted if queue not in self.channels]
+        for queue in added:
+            self.start_consuming(queue)
+        if added:
+            # Each queue's share of the budget is smaller now.
+            self.resize.update(
+                queue for queue in self.channels if self.wanted_prefetch(queue) * 2 <= self.prefetch_of.get(queue, 0)
+            )
         for queue in [queue for queue in self.channels if queue not in wanted]:
             log.info("queue %s is no longer watched; stopping its consumer", queue)
             self.retired.append(self.channels.pop(queue))
@@ -291,19 +312,51 @@ class DeadLetterConsumer:
                 )
             self.missing.add(queue)
             return
-        channel.basic_qos(prefetch_count=self.prefetch)
         channel.add_on_cancel_callback(partial(self.on_cancelled, queue))
-        channel.basic_consume(
-            queue=queue,
-            on_message_callback=partial(self.on_message, queue),
-            consumer_tag=f"consume_dlq:{queue}",
-        )
         self.channels[queue] = channel
+        self.consume(queue, channel, self.wanted_prefetch(queue))
         if queue in self.missing:
             log.info("queue %s exists now; consuming it", queue)
             self.missing.discard(queue)
         else:
             log.info("consuming %s", queue)
+
+    def consume(self, queue: str, channel: BlockingChannel, prefetch: int) -> None:
+        channel.basic_qos(prefetch_count=prefetch)
+        channel.basic_consume(
+            queue=queue,
+            on_message_callback=partial(self.on_message, queue),
+            consumer_tag=f"consume_dlq:{queue}",
+        )
+        if prefetch < self.prefetch_of.get(queue, prefetch + 1):
+            self.prefetch_shrunk_at[queue] = self.clock()
+        self.prefetch_of[queue] = prefetch
+
+    def wanted_prefetch(self, queue: str) -> int:
+        """The queue's share of the byte budget in bodies of the largest size lately seen on it."""
+        share = self.max_bytes // max(1, len(self.channels))
+        return max(1, min(self.prefetch, share // max(1, self.largest.get(queue, ASSUMED_BODY_BYTES))))
+
+    def adjust_prefetch(self) -> None:
+        """Consume again, with the wanted prefetch, the queues marked for it. RabbitMQ applies a prefetch to the
+        consumers started after it: the consumer is cancelled (pika returns the deliveries that arrived for it
+        meanwhile to the queue; those received stay ours to ack) and started again."""
+        queues, self.resize = sorted(self.resize), set()
+        for queue in queues:
+            channel = self.channels.get(queue)
+            wanted = self.wanted_prefetch(queue)
+            if channel is None or not channel.is_open or wanted == self.prefetch_of.get(queue):
+                continue
+            log.info(
+                "prefetch of %s: %d -> %d (bodies up to %.1f KB lately; budget %.1f MB)",
+                queue,
+                self.prefetch_of.get(queue, 0),
+                wanted,
+                self.largest.get(queue, 0) / 1024,
+                self.max_bytes / 2**20,
+            )
+            channel.basic_cancel(consumer_tag=f"consume_dlq:{queue}")
+            self.consume(queue, channel, wanted)
 
     def on_message(
         self, queue: str, channel: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes
@@ -311,9 +364,15 @@ class DeadLetterConsumer:
         if not self.buffer:
             self.batch_started_at = self.clock()
         self.buffer.append(Delivery(queue, channel, method.delivery_tag, properties, body, bool(method.redelivered)))
-        self.held_bytes += len(body)
-        self.buffer_bytes += len(body)
+        size = len(body)
+        self.held_bytes += size
+        self.buffer_bytes += size
         self.last_activity = self.clock()
+        if size > self.largest.get(queue, 0):
+            self.largest[queue] = size
+            # Larger bodies than the prefetch was set for: shrink it at once (growing waits, see collect).
+            if self.wanted_prefetch(queue) * 2 <= self.prefetch_of.get(queue, 0):
+                self.resize.add(queue)
 
     def on_cancelled(self, queue: str, frame: Any) -> None:
         log.warning(
@@ -399,6 +458,7 @@ class DeadLetterConsumer:
     def drop_connection(self) -> None:
         connection, self.connection = self.connection, None
         self.channels = {}
+        self.resize = set()
         self.retired = []
         if connection is not None and connection.is_open:
             try:
@@ -476,6 +536,7 @@ class DeadLetterConsumer:
         self.ack(self.batch)
         self.record(self.batch, written)
         self.held_bytes -= sum(len(delivery.body) for delivery in self.batch)
+        self.forget_sizes(self.batch)
         self.batch = []
         if self.full_since is not None and not self.full:
             log.info("reading again after %.1f s over the byte budget", self.clock() - self.full_since)
@@ -483,6 +544,20 @@ class DeadLetterConsumer:
         self.database_backoff.reset()
         # Idle time counts from here: a slow batch is not a quiet queue.
         self.last_activity = self.clock()
+
+    def forget_sizes(self, batch: list[Delivery]) -> None:
+        """Let the largest body seen on each queue of the batch fade (halved per batch unless seen again), and mark
+        for a larger prefetch the queues that have been on a small one for a while."""
+        largest: dict[str, int] = {}
+        for delivery in batch:
+            largest[delivery.queue] = max(largest.get(delivery.queue, 0), len(delivery.body))
+        now = self.clock()
+        for queue, size in largest.items():
+            self.largest[queue] = max(size, self.largest.get(queue, size) // 2)
+            grown = self.wanted_prefetch(queue) >= 2 * self.prefetch_of.get(queue, self.prefetch)
+            shrunk_at = self.prefetch_shrunk_at.get(queue)
+            if grown and (shrunk_at is None or now - shrunk_at >= PREFETCH_GROWTH_SECONDS):
+                self.resize.add(queue)
 
     def flush(self) -> None:
         """Write and ack everything received, waiting for the writer (one attempt per batch). Raises

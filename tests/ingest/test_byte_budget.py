@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import psycopg
 import pytest
+import requests
 from django.db import connection
 
 from dlqconsole.deadletters.models import DeadLetter
@@ -94,3 +95,61 @@ def test_a_batch_is_cut_at_its_byte_size(make_consumer: Any, settings: Any) -> N
     # At most the byte size, but never empty: a message larger than it goes alone.
     assert batches == [[MB, MB, MB], [MB], [10 * MB], [1]]
     assert consumer.buffer_bytes == 0
+
+
+def broker_prefetch(consumer: DeadLetterConsumer, queue: str, expected: int) -> list[int]:
+    """The prefetch of every consumer of `queue`, as RabbitMQ's management API reports it. Its figures are
+    refreshed every few seconds: asked until they show `expected` (the consumer's connection kept alive meanwhile)
+    or 20 s have passed."""
+    deadline = time.monotonic() + 20
+    while True:
+        consumers = requests.get("http://127.0.0.1:15672/api/consumers/%2F", auth=("guest", "guest"), timeout=10)
+        found = [entry["prefetch_count"] for entry in consumers.json() if entry["queue"]["name"] == queue]
+        if found == [expected] or time.monotonic() > deadline:
+            return found
+        consumer.sleep(0.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queues_prefetch_follows_the_size_of_its_bodies(
+    dead_letter_queue: DeadLetterQueue, amqp_channel: Any, make_consumer: Any, settings: Any
+) -> None:
+    """Large bodies shrink the queue's prefetch to its share of the budget, so that the broker holds back what a
+    paused consumer cannot take (and other consumers can have it); small ones let it grow back."""
+    consumer = make_consumer(
+        queues=[dead_letter_queue.dlq], max_bytes=8 * MB, batch_bytes=2 * MB, prefetch=1000, exit_when_idle=2.0
+    )
+
+    def publish(count: int, size: int, tag: str) -> None:
+        for index in range(count):
+            amqp_channel.basic_publish(
+                exchange="",
+                routing_key=dead_letter_queue.dlq,
+                body=b"x" * size,
+                properties=pika.BasicProperties(message_id=f"{tag}-{index}"),
+            )
+
+    def drain(total: int) -> None:
+        deadline = time.monotonic() + 120
+        while DeadLetter.objects.count() < total and time.monotonic() < deadline:
+            consumer.step()
+        assert DeadLetter.objects.count() == total
+
+    consumer.step()
+    # Before any delivery it assumes 1 MB bodies: 8 of them.
+    assert consumer.prefetch_of[dead_letter_queue.dlq] == 8
+    publish(20, 2 * MB, "large")
+    drain(20)
+    assert consumer.prefetch_of[dead_letter_queue.dlq] == 4
+    assert broker_prefetch(consumer, dead_letter_queue.dlq, 4) == [4]
+
+    # Small bodies since: the largest seen fades batch by batch, and the prefetch grows (once per 5 s at most).
+    published = 20
+    deadline = time.monotonic() + 90
+    while consumer.prefetch_of[dead_letter_queue.dlq] < 1000 and time.monotonic() < deadline:
+        publish(50, 1024, f"small-{published}")
+        published += 50
+        drain(published)
+        time.sleep(0.5)
+    assert consumer.prefetch_of[dead_letter_queue.dlq] == 1000
+    assert broker_prefetch(consumer, dead_letter_queue.dlq, 1000) == [1000]
