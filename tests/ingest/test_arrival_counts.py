@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -80,7 +81,9 @@ def test_consume_dlq_counts_the_dead_letters_it_stores(dead_letter_queue: DeadLe
 
 @pytest.mark.django_db
 @pytest.mark.sqlite
+@time_machine.travel(dt.datetime(2026, 11, 26, 9, 30, tzinfo=dt.UTC), tick=False)
 def test_the_hourly_retention_prunes_arrival_counts_past_the_charts_window() -> None:
+    # A moment mid-hour, pinned: at the real clock, in the last minutes of an hour, the pruned hour bucket moved.
     now = timezone.now()
     old = now - ARRIVAL_COUNT_RETENTION - dt.timedelta(minutes=2)
     kept = now - ARRIVAL_COUNT_RETENTION + dt.timedelta(minutes=2)

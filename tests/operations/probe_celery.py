@@ -35,7 +35,7 @@ app = make_app(
 OUTPUT = Path(os.environ.get("PROBE_DIR", "."))
 
 
-@app.task(name="probe.record", bind=True)
+@app.task(name="probe.record", bind=True, shared=False)
 def record(self: Task, marker: str) -> None:  # type: ignore[type-arg]
     if (OUTPUT / "broken").exists():
         # What a failing task does when it gives up: the broker dead-letters the message.

@@ -1,6 +1,7 @@
 """Demo Celery tasks. Each fails for realistic, data-driven reasons; the demo sends arguments that make some fail.
 
-All run with late acks (see celery_app), so a failure leaves the message to RabbitMQ, which dead-letters it.
+All run with late acks (see celery_app), so a failure leaves the message to RabbitMQ, which dead-letters it. They
+are not shared tasks: importing this module must not add them to the console's own Celery app.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ SUPPORTED_CURRENCIES = {"EUR", "USD", "GBP", "CHF", "SEK"}
 UNREACHABLE_REGIONS = {"ap-south-1": ("crm-ap-south-1.internal", 8443), "sa-east-1": ("10.42.7.19", 443)}
 
 
-@app.task(name="shop.invoices.generate_invoice")
+@app.task(name="shop.invoices.generate_invoice", shared=False)
 def generate_invoice(order_id: int, amount: str, currency: str) -> str:
     """Render an invoice; unsupported currencies and very large orders fail (the latter slowly)."""
     if currency not in SUPPORTED_CURRENCIES:
@@ -30,7 +31,7 @@ def generate_invoice(order_id: int, amount: str, currency: str) -> str:
     return f"INV-{order_id}"
 
 
-@app.task(name="shop.crm.sync_contact", bind=True, max_retries=2)
+@app.task(name="shop.crm.sync_contact", bind=True, max_retries=2, shared=False)
 def sync_contact(self: Task, contact_id: int, email: str, region: str) -> None:
     """Push a contact to the CRM; regions whose endpoint is down reset the connection, retried twice."""
     if region in UNREACHABLE_REGIONS:
@@ -40,7 +41,7 @@ def sync_contact(self: Task, contact_id: int, email: str, region: str) -> None:
         raise self.retry(exc=error, countdown=0.2)
 
 
-@app.task(name="shop.mail.send_receipt")
+@app.task(name="shop.mail.send_receipt", shared=False)
 def send_receipt(order_id: int, email: str) -> None:
     """Send a receipt; an address that cannot be valid is rejected outright (no point in retrying)."""
     if "@" not in email:
