@@ -347,7 +347,11 @@ class DeadLetterConsumer:
             wanted = self.wanted_prefetch(queue)
             if channel is None or not channel.is_open or wanted == self.prefetch_of.get(queue):
                 continue
-            log.info(
+            # Worth an operator's attention only when large bodies shrink it; growing back, and the share that
+            # changes as queues come and go, are routine.
+            large = wanted < self.prefetch_of.get(queue, 0) and self.largest.get(queue, 0) > ASSUMED_BODY_BYTES
+            log.log(
+                logging.INFO if large else logging.DEBUG,
                 "prefetch of %s: %d -> %d (bodies up to %.1f KB lately; budget %.1f MB)",
                 queue,
                 self.prefetch_of.get(queue, 0),
