@@ -328,7 +328,7 @@ class DeadLetterConsumer:
             on_message_callback=partial(self.on_message, queue),
             consumer_tag=f"consume_dlq:{queue}",
         )
-        if prefetch < self.prefetch_of.get(queue, prefetch + 1):
+        if queue in self.prefetch_of and prefetch < self.prefetch_of[queue]:
             self.prefetch_shrunk_at[queue] = self.clock()
         self.prefetch_of[queue] = prefetch
 
@@ -372,10 +372,13 @@ class DeadLetterConsumer:
         self.held_bytes += size
         self.buffer_bytes += size
         self.last_activity = self.clock()
-        if size > self.largest.get(queue, 0):
+        first = queue not in self.largest
+        if first or size > self.largest[queue]:
             self.largest[queue] = size
-            # Larger bodies than the prefetch was set for: shrink it at once (growing waits, see collect).
-            if self.wanted_prefetch(queue) * 2 <= self.prefetch_of.get(queue, 0):
+            # Larger bodies than the prefetch was set for: shrink it at once. The first delivery of a queue
+            # replaces the size assumed until then, so it may grow it at once too (else growing waits, see collect).
+            wanted, current = self.wanted_prefetch(queue), self.prefetch_of.get(queue, 0)
+            if wanted * 2 <= current or (first and wanted >= 2 * current):
                 self.resize.add(queue)
 
     def on_cancelled(self, queue: str, frame: Any) -> None:
@@ -558,7 +561,9 @@ class DeadLetterConsumer:
         now = self.clock()
         for queue, size in largest.items():
             self.largest[queue] = max(size, self.largest.get(queue, size) // 2)
-            grown = self.wanted_prefetch(queue) >= 2 * self.prefetch_of.get(queue, self.prefetch)
+            wanted, current = self.wanted_prefetch(queue), self.prefetch_of.get(queue, self.prefetch)
+            # At least twice as large, or all the way up to DLQ_CONSUMER_PREFETCH.
+            grown = wanted > current and (wanted >= 2 * current or wanted == self.prefetch)
             shrunk_at = self.prefetch_shrunk_at.get(queue)
             if grown and (shrunk_at is None or now - shrunk_at >= PREFETCH_GROWTH_SECONDS):
                 self.resize.add(queue)
