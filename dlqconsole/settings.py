@@ -404,8 +404,9 @@ DLQ_VERSION_HEADERS = env_list(
         "nservicebus.version",
     ],
 )
-# Headers our replays add (they must not start with "x-", see DESIGN.md): how often the message was replayed,
-# and the id of the dead letter it was replayed from, so a boomerang links to its first record.
+# Headers our replays add (they must not start with "x-", which RabbitMQ reserves for the headers it writes and a
+# replay strips): how often the message was replayed, and the id of the dead letter it was replayed from, so a
+# boomerang links to its first record.
 DLQ_REPLAY_COUNT_HEADER = env_str("DLQ_REPLAY_COUNT_HEADER", "dlq-replay-count")
 DLQ_REPLAYED_FROM_HEADER = env_str("DLQ_REPLAYED_FROM_HEADER", "dlq-replayed-from")
 

@@ -4,16 +4,12 @@ Two kinds:
 - a *text* fingerprint: the error message with its variable parts masked (`<NUM>`, `<IP>`, `<UUID>`, ...),
   cut into tokens; its key hashes (error type, template);
 - a *trace* fingerprint, when a stack trace is present: the exception type plus the innermost frames of the
-  application's own code (see `stacktrace`); the text is ignored, so differing messages thrown from the same
-  place are one failure.
+  application's own code (see `stacktrace`); the text is ignored.
 
-The key depends only on the text, never on process state, so every consumer process and every restart
-computes the same key for the same failure. Masking is deliberately conservative (shapes that are variable in
-any system: numbers, ids, addresses, times); words that vary (user names, queue names) are left to template
-mining in `grouping.mining`, which sees all the fingerprints of a cluster at once.
-
-A token keeps the whitespace in front of it, so a template is simply the tokens joined; a quoted value is a
-single token whatever it contains, so a free-text value does not change the token count.
+The key depends only on the text, never on process state, so every process and every restart computes the same
+key for the same failure. Masking covers shapes that vary in any system (numbers, ids, addresses, times); words
+that vary are left to `grouping.mining`. A token keeps the whitespace in front of it, so a template is the tokens
+joined; a quoted value is one token whatever it contains. docs/grouping.md, "Masking", has the details.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Everything returned here is plain text; templates escape it. Nothing is ever rendered as markup.
 
-Rendering is bounded (DESIGN.md, trust boundary): anyone who may publish to a vhost can put any body and headers in a
-DLQ, and no page may grow with them. A page shows the body's first DLQ_BODY_PREVIEW_BYTES; JSON is laid out only
+Rendering is bounded, as dead letters are untrusted: anyone who may publish to a vhost can put any body and headers
+in a DLQ, and no page may grow with them. A page shows the body's first DLQ_BODY_PREVIEW_BYTES; JSON is laid out only
 when it is nested at most JSON_MAX_DEPTH levels and its laid-out form stays within four times the preview, and is
 otherwise shown as text, as it was sent; a header value shows its first VALUE_CHARS_SHOWN characters, the page its
 first HEADER_ROWS_SHOWN headers, the newest DEATHS_SHOWN x-death entries and the first PROBLEMS_SHOWN parse
@@ -396,7 +396,7 @@ def _listed(values: list[Any]) -> Iterator[str]:
 
 
 def is_death_header(name: str) -> bool:
-    """Headers the broker writes when a message dies; a replay strips them (see DESIGN.md)."""
+    """Headers the broker writes when a message dies; a replay strips them, so the message starts afresh."""
     lowered = name.lower()
     return lowered in DEATH_HEADERS or lowered.startswith(("x-first-death-", "x-last-death-"))
 

@@ -3,40 +3,14 @@
 Input: the distinct masked templates of one *cluster* (same error type, failure reason and first word, which
 mining never makes a variable). Output: for each template, the generalised template it belongs to
 (`user <*> not found`). `generalize` mines the templates of one token count; `generalize_all` mines each token
-count, then merges across them (see below).
+count, then links templates of different lengths that differ by one run of values.
 
-The result is a pure function of the *set* of templates: it does not depend on the order they arrived in, on
-how many messages each one had, or on which process saw them. That is what lets several consumer processes
-(and `dlq fingerprint`, which sees all its input at once) reach the same patterns: whoever recomputes a cluster
-from the same set gets the same answer.
-
-The rule, in the spirit of Drain but order-free: a position of a template is variable when enough templates
-agree with it on every other position and differ there ("user alice not found", "user bob not found").
-"Enough" depends on the words around the slot:
-- right after (or before) a noun that names a kind of thing (`user`, `queue`, `region`, `table`, `host`), two
-  different values suffice: what follows such a noun is that thing's name;
-- after a noun that introduces an enumeration (`status`, `state`, `code`, `type`, `reason`), the values are
-  fixed words that name different failures ("state SHIPPED" / "state CANCELLED"); it takes ENUM_VALUES, and so do
-  words that say what happened, past participles ("VM Paused" / "VM Resumed");
-- elsewhere it takes PLAIN_VALUES different words;
-- the first word of a message never varies unless masking found data there (it is the message's wording); a
-  leading "qualified.name:" is the logger or job that printed the message, and the word after it is the first.
-A slot that a sibling template already holds as a wildcard is variable, and a template matching a
-generalised one on all its fixed words joins it. Two templates that differ only where one of them holds masked data
-are one even when they differ at several places at once (a value that masking recognised in one message and not in
-the other). Rounds repeat until nothing changes. A generalised template
-must keep at least as many fixed words as wildcards, so chains of merges cannot end in `<*> <*> <*>`.
-
-Across token counts, in the spirit of Spell's alignment but order-free: two templates that share all their tokens
-but one run at one place (a common prefix and suffix holding fixed words) are linked when that run is a value on
-both sides, never a fixed word of the message:
-- data printed two ways: masked values, wildcards, punctuation and a value's unit ("<NUM> bytes (<NUM> KB) sent" /
-  "<NUM> bytes sent"; also between templates of one length, "<NUM>:<NUM>" / "<<NUM> sec");
-- words next to a noun that names a kind of thing ("user John Smith not found" / "user bob not found"), or where
-  mining made the other template's run a variable, at most MAX_VALUE_TOKENS long;
-- a quoted text on both sides.
-Never after an enumeration's noun. Templates mined into one form are linked too, and each connected set is a
-group whose template is its shortest form (see `generalize_all`, which explains why no wildcards are added).
+The result is a pure function of the *set* of templates: it does not depend on the order they arrived in, on how
+many messages each one had, or on which process saw them, so every consumer process (and `dlq fingerprint`) that
+recomputes a cluster from the same set gets the same answer. A slot varies only on enough evidence: two values
+after a noun that names a thing (ENTITY_NOUNS), ENUM_VALUES after an enumeration's noun or for words that say
+what happened, PLAIN_VALUES elsewhere; across token counts, MAX_VALUE_TOKENS bounds a run of words taken as a
+value. docs/grouping.md, "Template mining", explains the rules and why each is there.
 """
 
 from __future__ import annotations
@@ -332,8 +306,8 @@ def generalize(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...], tu
     return current
 
 
-# Merging across token counts (see the module docstring). The longest run a value may take where the other side
-# holds words (a name, a wildcard's value).
+# Merging across token counts (docs/grouping.md, "Template mining"). The longest run a value may take where the
+# other side holds words (a name, a wildcard's value).
 MAX_VALUE_TOKENS = 4
 # The longest run of data, punctuation or a quoted text that may differ.
 MAX_RUN_TOKENS = 12
