@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import secrets
 import uuid
@@ -10,6 +11,7 @@ from typing import Any
 
 import pika
 import pytest
+import time_machine
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
@@ -19,6 +21,28 @@ from dlqconsole.core.amqp import connect
 # The Celery workers and beat that tests start refuse to start without a real SECRET_KEY (dlqconsole/checks.py):
 # scripts/test exports one for its run, and a run started by hand gets one made here for the processes it starts.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pin-clock",
+        default="",
+        metavar="MOMENT",
+        help="run every test with Python's clock started at MOMENT (ISO 8601, UTC unless it says), ticking: "
+        "finds tests whose outcome depends on the time of day (run them just before an hour, a day, a month and "
+        "a year end)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _pinned_clock(request: pytest.FixtureRequest) -> Iterator[None]:
+    moment = request.config.getoption("--pin-clock")
+    if not moment:
+        yield
+        return
+    start = dt.datetime.fromisoformat(moment)
+    with time_machine.travel(start if start.tzinfo else start.replace(tzinfo=dt.UTC), tick=True):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -188,11 +188,14 @@ def test_export_files_older_than_the_retention_are_deleted(export_dir: Path, set
     old = [export_dir / f"{token}.csv", export_dir / f"1-{'b' * 32}.jsonl.part", export_dir / f"2-{'c' * 32}.csv.error"]
     fresh = export_dir / f"3-{'d' * 32}.csv"
     unrelated = export_dir / "notes.txt"
-    long_ago = time.time() - 25 * 3600
+    # Every time set from this process's clock: the retention compares file times with it.
+    now = time.time()
+    long_ago = now - 25 * 3600
     for path in [*old, fresh, unrelated]:
         path.write_text("x")
     for path in [*old, unrelated]:
         os.utime(path, (long_ago, long_ago))
+    os.utime(fresh, (now, now))
 
     assert exports.delete_expired_exports() == 3
 

@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -328,7 +327,7 @@ def test_the_loop_touches_its_heartbeat_file(
     assert alive.stat().st_mtime == 0
     now[0] += 5
     consumer.heartbeat()
-    assert time.time() - alive.stat().st_mtime < 60
+    assert alive.stat().st_mtime > 0  # touched again (its time is the file system's, not this process's clock)
 
 
 def test_a_missing_queue_is_tried_again_within_seconds(
