@@ -30,6 +30,14 @@ def manage(*arguments: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_an_empty_console_url_means_the_default_not_links_without_a_host(tmp_path: Path) -> None:
+    show = "from django.conf import settings; print(settings.DLQ_CONSOLE_URL)"
+
+    result = manage("shell", "-c", show, DLQ_VAR_DIR=str(tmp_path), DLQ_CONSOLE_URL="")
+
+    assert result.stdout.splitlines()[-1] == "http://localhost:8000", result.stderr
+
+
 @pytest.fixture
 def empty_postgresql_database() -> Iterator[str]:
     # The test run's PostgreSQL server, reached through its maintenance database.

@@ -108,3 +108,25 @@ def test_the_consoles_celery_runs_on_a_vhost_of_its_own_on_the_broker_of_amqp_ur
     assert default["CELERY_BROKER_URL"] == "amqp://guest:guest@localhost:5672/dlqconsole"
     assert remote["CELERY_BROKER_URL"] == "amqps://svc:s3cret@rabbit.internal:5671/dlqconsole"
     assert chosen["CELERY_BROKER_URL"] == "amqp://guest:guest@127.0.0.1:5672/mine"
+
+
+def test_the_console_url_alerts_link_to_follows_port_and_bind_unless_set(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"")
+
+    def console_url(**env: str) -> str:
+        return started_with(run(root, **env))["DLQ_CONSOLE_URL"]
+
+    assert console_url(PORT="8041") == "http://127.0.0.1:8041"
+    assert console_url(BIND="::1") == "http://[::1]:8000"
+    # Listening on every address: the host name the console answers to, else this machine's.
+    assert console_url(BIND="0.0.0.0") == "http://localhost:8000"
+    assert console_url(BIND="::", ALLOWED_HOSTS="*, .example.com,dlq.example.com,localhost") == (
+        "http://dlq.example.com:8000"
+    )
+    assert console_url(PORT="8041", DLQ_CONSOLE_URL="https://dlq.example.com") == "https://dlq.example.com"
+
+
+def test_an_empty_console_url_in_env_is_derived_too(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"DLQ_CONSOLE_URL=\nPORT=8042\n")
+
+    assert started_with(run(root))["DLQ_CONSOLE_URL"] == "http://127.0.0.1:8042"
