@@ -160,10 +160,7 @@ class RoleFormMixin(forms.ModelForm):
             # A superuser holds every role whatever their groups say (roles.py): a choice here would change nothing.
             self.fields["role"].initial = ADMIN
             self.fields["role"].disabled = True
-            self.fields["role"].help_text = (
-                "A superuser holds every role; their role is admin whatever is chosen here "
-                "(python manage.py shell can take the superuser flag away)."
-            )
+            self.fields["role"].help_text = "A superuser (createsuperuser, ensure_admin) holds every role."
         else:
             self.fields["role"].initial = role_group(group.name for group in user.groups.all())
 
