@@ -446,7 +446,8 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 # DLQ_HTTP_TIMEOUT_SECONDS; a failed send is retried after 10 s, 30 s, 90 s, ... up to the attempt limit; a
 # channel whose notifications fail this many times in a row is switched off. /metrics labels at most
 # DLQ_METRICS_MAX_QUEUES queues (the rest are summed under queue="other").
-DLQ_CONSOLE_URL = env_str("DLQ_CONSOLE_URL", "http://localhost:8000")
+# Empty counts as unset (make run sets it from BIND and PORT).
+DLQ_CONSOLE_URL = env_str("DLQ_CONSOLE_URL", "") or "http://localhost:8000"
 DLQ_HTTP_TIMEOUT_SECONDS = env_float("DLQ_HTTP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # Networks webhook and Slack notifications are never sent to, checked when a channel is saved and on the addresses
 # a host name resolves to when it is sent: link-local (169.254.169.254 is the cloud metadata service), the

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRINT_ENV = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n"
+SHOW = "from django.conf import settings; print(settings.DLQ_CONSOLE_URL, settings.DEFAULT_FROM_EMAIL, sep='|')"
 
 
 def checkout(tmp_path: Path, dotenv: bytes) -> Path:
-    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "run", tmp_path / "scripts" / "run")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
@@ -108,3 +111,60 @@ def test_the_consoles_celery_runs_on_a_vhost_of_its_own_on_the_broker_of_amqp_ur
     assert default["CELERY_BROKER_URL"] == "amqp://guest:guest@localhost:5672/dlqconsole"
     assert remote["CELERY_BROKER_URL"] == "amqps://svc:s3cret@rabbit.internal:5671/dlqconsole"
     assert chosen["CELERY_BROKER_URL"] == "amqp://guest:guest@127.0.0.1:5672/mine"
+
+
+def test_the_console_url_alerts_link_to_follows_port_and_bind_unless_set(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"")
+
+    def console_url(**env: str) -> str:
+        return started_with(run(root, **env))["DLQ_CONSOLE_URL"]
+
+    assert console_url(PORT="8041") == "http://127.0.0.1:8041"
+    assert console_url(BIND="::1") == "http://[::1]:8000"
+    # Listening on every address: the host name the console answers to, else this machine's.
+    assert console_url(BIND="0.0.0.0") == "http://localhost:8000"
+    assert console_url(BIND="::", ALLOWED_HOSTS="*, .example.com,dlq.example.com,localhost") == (
+        "http://dlq.example.com:8000"
+    )
+    assert console_url(PORT="8041", DLQ_CONSOLE_URL="https://dlq.example.com") == "https://dlq.example.com"
+
+
+def test_an_empty_console_url_in_env_is_derived_too(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"DLQ_CONSOLE_URL=\nPORT=8042\n")
+
+    assert started_with(run(root))["DLQ_CONSOLE_URL"] == "http://127.0.0.1:8042"
+
+
+def test_make_run_leaves_its_settings_for_later_commands_readable_by_its_user_only(tmp_path: Path) -> None:
+    root = checkout(tmp_path, b"TIME_ZONE=Asia/Tokyo\nEMAIL_HOST_PASSWORD='pa$$ \"word\"'\n")
+
+    env = started_with(run(root, PORT="9000"))
+
+    run_file = root / "var" / "make-run.env"
+    written = dict(token.split("=", 1) for token in shlex.split(run_file.read_text(), comments=True))
+    assert written["TIME_ZONE"] == "Asia/Tokyo" and written["EMAIL_HOST_PASSWORD"] == 'pa$$ "word"'
+    assert written["DLQ_CONSOLE_URL"] == "http://127.0.0.1:9000" and written["SECRET_KEY"] == env["SECRET_KEY"]
+    assert written["REDIS_URL"] == env["REDIS_URL"] and written["CELERY_BROKER_URL"] == env["CELERY_BROKER_URL"]
+    assert written["BIND"] == "127.0.0.1"
+    # What the shell set is the shell's to set again (the harness sets DATABASE_URL).
+    assert "PORT" not in written and "DATABASE_URL" not in written
+    assert stat.S_IMODE(run_file.stat().st_mode) == 0o600
+
+
+def test_the_make_run_file_goes_where_manage_py_finds_it_and_gives_it_what_make_run_used(tmp_path: Path) -> None:
+    root = checkout(tmp_path / "checkout", b'DEFAULT_FROM_EMAIL="DLQ console <dlq@example.com>"\n')
+    elsewhere = tmp_path / "elsewhere"
+
+    started_with(run(root, PORT="8043", DLQ_VAR_DIR=str(elsewhere)))
+    # The real manage.py, in a plain shell that names only where the file is.
+    plain = {name: value for name, value in os.environ.items() if not name.startswith(("DLQ_", "DATABASE_URL"))}
+    shown = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", SHOW],
+        env={**plain, "DLQ_VAR_DIR": str(elsewhere), "DATABASE_URL": "sqlite:///unused.sqlite3"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert shown.stdout.splitlines()[-1] == "http://127.0.0.1:8043|DLQ console <dlq@example.com>", shown.stderr

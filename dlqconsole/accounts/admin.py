@@ -14,17 +14,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.admin import GroupAdmin as DjangoGroupAdmin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
 from django.contrib.auth.models import Group, User
-from django.db.models import Model, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.accounts.roles import ADMIN, VIEWER, has_role
-from dlqconsole.accounts.services import record_audit
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, has_role, role_group
+from dlqconsole.accounts.services import record_audit, set_role
 
 # Changed fields whose values stay out of the audit row (the change message still names them): passwords, and
 # channel targets, whose webhook URLs carry tokens.
@@ -135,10 +137,95 @@ admin.site.unregister(User)
 admin.site.unregister(Group)
 
 
+ROLE_HELP = "Viewers read everything; operators also recover dead letters; admins also change configuration and users."
+
+
+def _role_field() -> forms.ChoiceField:
+    return forms.ChoiceField(label="Role", choices=[(role, role) for role in ROLES], help_text=ROLE_HELP)
+
+
+class RoleFormMixin(forms.ModelForm):
+    """The console role as one choice, in place of Django's groups, permissions, staff and superuser fields (the
+    console reads the role groups only). It starts empty for a user without a role group, so that saving the form
+    records their role, viewer, as a change (audited) rather than leaving it implied."""
+
+    role = _role_field()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        user = self.instance
+        if user.pk is None:
+            return
+        if user.is_superuser:
+            # A superuser holds every role whatever their groups say (roles.py): a choice here would change nothing.
+            self.fields["role"].initial = ADMIN
+            self.fields["role"].disabled = True
+            self.fields["role"].help_text = "A superuser (createsuperuser, ensure_admin) holds every role."
+        else:
+            self.fields["role"].initial = role_group(group.name for group in user.groups.all())
+
+
+class UserRoleChangeForm(RoleFormMixin, UserChangeForm):
+    pass
+
+
+class UserRoleCreationForm(RoleFormMixin, AdminUserCreationForm):
+    pass
+
+
+class RoleListFilter(admin.SimpleListFilter):
+    title = "role"
+    parameter_name = "role"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(VIEWER, "viewer (or no role)"), (OPERATOR, "operator"), (ADMIN, "admin")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        admins = Q(is_superuser=True) | Q(groups__name=ADMIN)
+        if self.value() == ADMIN:
+            return queryset.filter(admins).distinct()
+        if self.value() == OPERATOR:
+            return queryset.filter(groups__name=OPERATOR).exclude(admins).distinct()
+        if self.value() == VIEWER:
+            return queryset.exclude(admins).exclude(groups__name=OPERATOR)
+        return queryset
+
+
 @admin.register(User)
 class UserAdmin(AuditedModelAdmin[User], DjangoUserAdmin):  # type: ignore[misc]
-    # Who holds which role, with their e-mail addresses: admins only.
+    """Users by role. Django's staff flag, superuser flag, groups and per-user permissions are not shown: the
+    console decides what a user may do from their role alone (admin_site.py)."""
+
+    # Who holds which role, with their e-mail addresses: admins only (so only admins change roles).
     view_role = ADMIN
+    form = UserRoleChangeForm
+    add_form = UserRoleCreationForm
+    fieldsets = (
+        (None, {"fields": ("username", "password")}),
+        ("Personal info", {"fields": ("first_name", "last_name", "email")}),
+        ("Access", {"fields": ("role", "is_active")}),
+        ("Important dates", {"fields": ("last_login", "date_joined")}),
+    )
+    add_fieldsets = (
+        (None, {"classes": ("wide",), "fields": ("username", "usable_password", "password1", "password2", "role")}),
+    )
+    list_display = ("username", "role", "email", "first_name", "last_name", "is_active")
+    list_filter = ("is_active", RoleListFilter)
+    filter_horizontal = ()
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[User]:
+        return super().get_queryset(request).prefetch_related("groups")
+
+    @admin.display(description="role")
+    def role(self, user: User) -> str:
+        if user.is_superuser:
+            return "admin (superuser)"
+        return role_group(group.name for group in user.groups.all()) or "viewer (no role)"
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if "role" in form.changed_data:
+            set_role(user=form.instance, role=form.cleaned_data["role"])
 
 
 @admin.register(Group)

@@ -5,6 +5,8 @@ A role is a Django group; superusers hold every role. Roles are cumulative: an a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 
@@ -23,10 +25,15 @@ def role_of(user: AbstractBaseUser | AnonymousUser) -> str | None:
     cached = getattr(user, "_dlq_role", "")
     if cached != "":
         return cached
-    names = set(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]
-    role = next((name for name in reversed(ROLES) if name in names), VIEWER)
+    role = role_group(user.groups.values_list("name", flat=True)) or VIEWER  # type: ignore[attr-defined]
     user._dlq_role = role  # type: ignore[union-attr,attr-defined]
     return role
+
+
+def role_group(group_names: Iterable[str]) -> str | None:
+    """The highest role among these group names; None when none is a role (such a user reads as a viewer)."""
+    names = set(group_names)
+    return next((name for name in reversed(ROLES) if name in names), None)
 
 
 def has_role(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:

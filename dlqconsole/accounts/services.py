@@ -4,11 +4,12 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
 from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.accounts.roles import ROLES
 
 # PostgreSQL refuses a NUL in text and jsonb; a payload search may hold one (bodies are bytes). The audit row is
 # for reading, so a NUL is written as the symbol for it.
@@ -46,6 +47,16 @@ def record_audit(
         count=count,
         detail=_without_nul(detail),
     )
+
+
+def set_role(*, user: User, role: str) -> None:
+    """Make `role` the user's one role group; groups that are no role stay. The caller writes the audit row (the
+    admin's user form does, naming the new role)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+    with transaction.atomic():
+        user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name=role))
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
 
 
 def delete_expired_audit_entries(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:

@@ -3,8 +3,9 @@
 Everyone signed in may read it (viewers read everything the console shows), except the sign-in rows
 (`accounts.login*`), which only admins see: a failed sign-in records the user name typed, often a password typed
 into the wrong field, and the addresses people sign in from. Nothing here changes anything.
-Newest first, keyset-paginated on the id (`?before=`), filtered by person, action, target and time; each page's
-URL also serves its htmx fragment.
+Newest first, keyset-paginated on the id (`?before=`), filtered by person, action (any part of it), target and
+time; each page's URL also serves its htmx fragment. A pattern as the target (the pattern page's "audit log" link)
+also finds every row of the operations whose filter named it.
 """
 
 from __future__ import annotations
@@ -60,12 +61,32 @@ def filter_text(chosen: Any) -> str:
 
 
 def _target_filter(value: str) -> Q:
-    """'pattern:3', 'pattern #3' or 'pattern 3' finds both spellings; any other text is searched in the target."""
+    """'pattern:3', 'pattern #3' or 'pattern 3' finds both spellings; any other text is searched in the target.
+    A pattern also finds the rows of the operations that acted on it through their filter."""
     found = re.match(r"^\s*(?P<kind>[a-z_]+)\s*(?::|#|\s)\s*#?(?P<id>\d+)\s*$", value)
     if found is None:
         return Q(target__icontains=value.strip())
     kind, pk = found["kind"], found["id"]
-    return Q(target__in=[f"{kind}:{pk}", f"{kind} #{pk}"])
+    spellings = Q(target__in=[f"{kind}:{pk}", f"{kind} #{pk}"])
+    if kind != "pattern":
+        return spellings
+    return spellings | Q(target__in=_operations_naming_pattern(int(pk)))
+
+
+def _operations_naming_pattern(pk: int) -> list[str]:
+    """The targets ('operation:12') of the operations whose filter named the pattern. Their plan, start and cancel
+    rows keep that filter; their other rows (pause, rate, the runner's) are then found by the target.
+
+    The JSON is matched here rather than in SQL, which SQLite cannot do (it has no JSON containment). No index
+    serves this, so the database scans the log once; what it sends back is one row per operation ever planned on
+    patterns (each operation's target and patterns, once)."""
+    named = (
+        AuditEntry.objects.filter(target__startswith="operation:", filter__has_key="pattern")
+        .order_by()
+        .values_list("target", "filter__pattern")
+        .distinct()
+    )
+    return sorted({target for target, patterns in named if isinstance(patterns, list) and pk in patterns})
 
 
 # Audit rows of sign-ins (accounts.login, .failed, .refused): admins only.
@@ -87,7 +108,7 @@ def _filtered(query: QueryDict, visible: QuerySet[AuditEntry]) -> tuple[QuerySet
     if person := query.get("actor", "").strip():
         entries = entries.filter(Q(actor_name__iexact=person) | Q(actor__username__iexact=person))
     if action := query.get("action", "").strip():
-        entries = entries.filter(action__startswith=action)
+        entries = entries.filter(action__icontains=action)
     if target := query.get("target", "").strip():
         entries = entries.filter(_target_filter(target))
     for name, lookup in (("since", "created_at__gte"), ("until", "created_at__lte")):

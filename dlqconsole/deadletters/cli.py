@@ -109,6 +109,11 @@ def _file_lines(lines: list[str]) -> list[tuple[str, str, str]]:
     ]
 
 
+# The text report's columns, in the line every row and the header are written with.
+REPORT_COLUMNS = ("id", "total", "parked", "status", "reason", "template")
+REPORT_LINE = "{id:>6} {total:>9} {parked:>9}  {status:<12} {reason:<18} {template}"
+
+
 def run_report(
     command: BaseCommand, *, as_json: bool = False, status: str | None = None, limit: int = 0, **options: Any
 ) -> None:
@@ -125,6 +130,9 @@ def run_report(
         .annotate(total=Sum("count"))
         .values_list("pattern", "total")
     )
+    if not as_json:
+        # Named as in --json, so a reader of either knows the other.
+        command.stdout.write(REPORT_LINE.format(**{name: name for name in REPORT_COLUMNS}))
     for pattern in chosen:
         row = {
             "id": pattern.pk,
@@ -143,7 +151,4 @@ def run_report(
         if as_json:
             command.stdout.write(json.dumps(row, ensure_ascii=False))
         else:
-            command.stdout.write(
-                f"{row['id']:>6} {row['total']:>9} {row['parked']:>9}  {row['status']:<12} {row['reason']:<18} "
-                f"{row['template']}"
-            )
+            command.stdout.write(REPORT_LINE.format(**row))

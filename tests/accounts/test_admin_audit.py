@@ -45,7 +45,13 @@ def test_every_registered_admin_writes_audit_rows() -> None:
 def test_adding_a_user_is_audited_without_the_password(root_client: Client, root: User) -> None:
     response = root_client.post(
         reverse("admin:auth_user_add"),
-        {"username": "newbie", "usable_password": "true", "password1": "Long-pass-4711", "password2": "Long-pass-4711"},
+        {
+            "username": "newbie",
+            "usable_password": "true",
+            "password1": "Long-pass-4711",
+            "password2": "Long-pass-4711",
+            "role": "viewer",
+        },
     )
 
     assert response.status_code == 302
@@ -56,27 +62,26 @@ def test_adding_a_user_is_audited_without_the_password(root_client: Client, root
     assert "Long-pass-4711" not in entry.detail and "pbkdf2" not in entry.detail
 
 
-def test_changing_a_users_groups_is_audited_with_the_new_groups(root_client: Client, root: User) -> None:
+def test_changing_a_users_role_is_audited_with_the_new_role(root_client: Client, root: User) -> None:
     user = User.objects.create_user("vera", password="pw-vera")
-    admins = Group.objects.get_or_create(name="admin")[0]
-    operators = Group.objects.get_or_create(name="operator")[0]
 
     response = root_client.post(
         reverse("admin:auth_user_change", args=[user.pk]),
         {
             "username": "vera",
             "is_active": "on",
-            "groups": [str(admins.pk), str(operators.pk)],
+            "role": "admin",
             "date_joined_0": "2026-01-01",
             "date_joined_1": "00:00:00",
         },
     )
 
     assert response.status_code == 302
+    assert list(user.groups.values_list("name", flat=True)) == ["admin"]
     entry = AuditEntry.objects.get(action="admin.auth.user.change")
     assert entry.actor == root and entry.target == f"user:{user.pk}"
-    assert "Changed Groups" in entry.detail
-    assert "groups=[admin, operator]" in entry.detail
+    assert "Changed Role" in entry.detail
+    assert "role=admin" in entry.detail
 
 
 def test_adding_a_group_is_audited(root_client: Client) -> None:

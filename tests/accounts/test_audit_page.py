@@ -60,6 +60,7 @@ def test_filters_by_person_action_target_and_time(viewer: User, operator: User, 
 
     assert shown(actor=operator.username) == {"retry", "status", "ancient"}
     assert shown(action="operation.") == {"retry", "purge"}
+    assert shown(action="purge") == shown(action="PURGE") == {"purge"}  # anywhere in the action, in any case
     assert shown(target="pattern:3") == {"status", "ancient"}
     assert shown(target="pattern 3", since=(timezone.now() - dt.timedelta(days=1)).date().isoformat()) == {"status"}
     assert shown(action="pattern.", since="1h") == {"status"}  # an age, as on the messages page
@@ -125,3 +126,30 @@ def test_message_and_pattern_pages_link_to_their_audit_entries(viewer: User) -> 
 
     assert f'href="/audit/?target=deadletter:{letter.pk}"' in message_page
     assert f'href="/audit/?target=pattern:{letter.pattern_id}"' in pattern_page
+
+
+def test_a_patterns_audit_link_also_shows_every_row_of_the_operations_whose_filter_named_it(
+    viewer: User, operator: User
+) -> None:
+    from dlqconsole.operations.services import plan_operation
+    from tests.deadletters.page_world import many
+
+    mine = many(1, error="Request timed out after 3000ms")[0].pattern_id
+    other = many(1, error="Connection refused by inventory", error_type="ConnectionError")[0].pattern_id
+    alone = plan_operation(kind="archive", filter={"pattern": [mine]}, actor=operator)
+    among_others = plan_operation(kind="archive", filter={"pattern": [other, mine]}, actor=operator)
+    elsewhere = plan_operation(kind="archive", filter={"pattern": [other]}, actor=operator)
+    # A row of the operation that does not repeat its filter (the runner's pause), and an operation on a pattern
+    # whose id starts with the same digits.
+    record_audit(actor=None, action="operation.pause", target=f"operation:{alone.pk}", detail="paused-alone")
+    record_audit(
+        actor=None, action="operation.archive.plan", target="operation:999999", filter={"pattern": [mine * 10]}
+    )
+    record_audit(actor=operator, action="pattern.status", target=f"pattern #{mine}", detail="triaged-mine")
+    record_audit(actor=operator, action="pattern.status", target=f"pattern #{other}", detail="triaged-other")
+
+    html = client_for(viewer).get("/audit/", {"target": f"pattern:{mine}"}).content.decode()
+
+    linked = {pk for pk in (alone.pk, among_others.pk, elsewhere.pk, 999999) if f'href="/operations/{pk}/"' in html}
+    assert linked == {alone.pk, among_others.pk}
+    assert "paused-alone" in html and "triaged-mine" in html and "triaged-other" not in html

@@ -61,6 +61,7 @@ def test_a_staff_viewer_or_operator_cannot_write_rules_channels_users_or_groups(
         {
             "username": user.username,
             "groups": [admin_group.pk],
+            "role": "admin",
             "is_active": "on",
             "is_staff": "on",
             "date_joined_0": "2026-01-01",

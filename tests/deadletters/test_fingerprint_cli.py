@@ -125,3 +125,18 @@ def test_report_lists_active_patterns_with_counts_from_the_counters(ingest: Inge
     assert (report["user <*> not found"]["total"], report["user <*> not found"]["parked"]) == (2, 2)
     assert report["disk full"]["status"] == "acknowledged"
     assert "disk full" in acknowledged.getvalue() and "user" not in acknowledged.getvalue()
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_report_as_text_names_its_columns_above_the_rows(ingest: Ingest) -> None:
+    ingest("user alice not found", "user bob not found")
+    out = io.StringIO()
+
+    call_command("dlq", "report", "failure-patterns", stdout=out)
+
+    header, row = out.getvalue().splitlines()
+    assert header.split() == ["id", "total", "parked", "status", "reason", "template"]
+    assert row.split()[1:4] == ["2", "2", "open"] and row.endswith("user <*> not found")
+    # The columns line up under their names.
+    assert header.index("status") == row.index("open")
