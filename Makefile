@@ -34,12 +34,18 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 
-test: setup services
-	scripts/system-packages
-	scripts/test
+# The tests need PostgreSQL: scripts/services installs and starts it when TEST_DATABASE_URL names a local one.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dlqconsole
 
-test-fast: setup services
-	$(VENV)/bin/pytest -x -q -m "not slow and not browser"
+test: setup
+	DATABASE_URL="$(TEST_DATABASE_URL)" scripts/services
+	scripts/system-packages
+	TEST_DATABASE_URL="$(TEST_DATABASE_URL)" scripts/test
+
+# var/test as the var folder, as scripts/test has it: commands the tests run never read make run's settings.
+test-fast: setup
+	DATABASE_URL="$(TEST_DATABASE_URL)" scripts/services
+	DATABASE_URL="$(TEST_DATABASE_URL)" DLQ_VAR_DIR="$(CURDIR)/var/test" $(VENV)/bin/pytest -x -q -m "not slow and not browser"
 
 bench: setup services
 	scripts/bench

@@ -25,6 +25,9 @@ class AuditEntry(models.Model):
         indexes = [
             # Audit page, newest first.
             models.Index(fields=["-created_at"], name="audit_created"),
+            # The audit of one target (an operation's or a pattern's "audit log" link, a purge's record), newest first.
+            models.Index(fields=["target", "-created_at"], name="audit_target_created"),
+            # On PostgreSQL also a GIN index on `filter` (migration 0003): the operations whose filter named a pattern.
         ]
 
     def __str__(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
@@ -77,9 +78,17 @@ def _operations_naming_pattern(pk: int) -> list[str]:
     """The targets ('operation:12') of the operations whose filter named the pattern. Their plan, start and cancel
     rows keep that filter; their other rows (pause, rate, the runner's) are then found by the target.
 
-    The JSON is matched here rather than in SQL, which SQLite cannot do (it has no JSON containment). No index
-    serves this, so the database scans the log once; what it sends back is one row per operation ever planned on
-    patterns (each operation's target and patterns, once)."""
+    PostgreSQL answers from the GIN index on `filter` (JSON containment). SQLite has no JSON containment: there the
+    JSON is matched here, after a scan of the operations' rows that name any pattern."""
+    if connection.vendor == "postgresql":
+        return sorted(
+            set(
+                AuditEntry.objects.filter(filter__contains={"pattern": [pk]}, target__startswith="operation:")
+                .order_by()
+                .values_list("target", flat=True)
+                .distinct()
+            )
+        )
     named = (
         AuditEntry.objects.filter(target__startswith="operation:", filter__has_key="pattern")
         .order_by()
