@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.counters import add_counts, add_pattern_arrivals, arrival_hour, transfer_pattern_arrivals
 from dlqconsole.deadletters.models import (
     DeadLetter,
     FailurePattern,
@@ -190,8 +191,6 @@ def move_dead_letters(
     one of `ids`) to `target_id`, and the counters with them: the status cells, and the hourly arrival counts of
     the sparklines (all of them when the whole pattern moves, purged arrivals included; else those of the dead
     letters moved). Returns (moved, earliest, latest ingested_at)."""
-    from dlqconsole.ingest.services import add_counts, add_pattern_arrivals, arrival_hour, transfer_pattern_arrivals
-
     table = DeadLetter._meta.db_table
     moved: Counter[tuple[str, str, str]] = Counter()
     hours: Counter[dt.datetime] = Counter()

@@ -21,8 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.counters import CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.models import (
     ItemStatus,
     Operation,

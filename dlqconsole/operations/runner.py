@@ -60,8 +60,8 @@ from dlqconsole.core.publish import (
     PublishError,
 )
 from dlqconsole.core.ratelimit import Rate, RateLimiter, get_rate_limiter, parse_rate
+from dlqconsole.deadletters.counters import CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
     DEATH_HEADER_PREFIXES,
     DEATH_HEADERS,

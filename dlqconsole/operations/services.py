@@ -24,11 +24,10 @@ from dlqconsole.accounts.services import record_audit
 from dlqconsole.core import jsonsafe, replay_guard
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.counters import CountedRow, add_counts, count_status_change
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.ingest.services import add_counts
 from dlqconsole.operations import routing
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
     Destination,
     check_destinations,

@@ -15,10 +15,10 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from dlqconsole.deadletters import selectors, views
+from dlqconsole.deadletters.counters import add_counts
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from dlqconsole.ingest.services import add_counts
 from tests.alerts.conftest import settle
 from tests.deadletters.page_world import ingest, letter, many
 
