@@ -20,11 +20,11 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from dlqconsole.deadletters.classify import classify
 from dlqconsole.deadletters.fingerprint import split_error_type
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.grouping.engine import group_lines
 from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
-from dlqconsole.ingest.classify import classify
 from dlqconsole.ingest.envelope import ParsedDeadLetter
 
 

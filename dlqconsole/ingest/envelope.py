@@ -37,8 +37,8 @@ import pika.spec
 from django.conf import settings
 
 from dlqconsole.core import jsonsafe
+from dlqconsole.deadletters.classify import classify
 from dlqconsole.deadletters.models import PERMANENT_REASONS, DeathReason, FailureReason
-from dlqconsole.ingest.classify import classify
 
 PROPERTY_NAMES = (
     "content_type",
