@@ -34,6 +34,7 @@ from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
 from dlqconsole.core import jsonsafe
+from dlqconsole.core.amqp import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.forms import EditForm, editable_body_bytes
@@ -73,8 +74,6 @@ from dlqconsole.deadletters.services import (
     validate_rule,
 )
 from dlqconsole.deadletters.templatetags.charts import stamp
-from dlqconsole.ingest.envelope import EARLIEST as TIMESTAMP_EARLIEST
-from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
 from dlqconsole.operations.destinations import retry_destination
 from dlqconsole.operations.models import ALLOWED_STATUSES, ItemStatus, OperationItem, OperationKind
 
@@ -581,7 +580,7 @@ def _timestamp_row(seconds: Any, *, value: str, kind: str, now: dt.datetime) -> 
         moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     except (OverflowError, OSError, ValueError):
         return replace(row, note="not a time: beyond any calendar date")
-    if not TIMESTAMP_EARLIEST <= moment <= now + TIMESTAMP_LATEST_AHEAD:
+    if not EARLIEST_TIMESTAMP <= moment <= now + LATEST_TIMESTAMP_AHEAD:
         return replace(row, note=f"not a plausible time (it would be {stamp(moment)})")
     return replace(row, moment=moment)
 
