@@ -21,7 +21,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import ADMIN, VIEWER, has_role, require_role
-from dlqconsole.deadletters.filters import FilterError, parse_moment
+from dlqconsole.core.durations import parse_moment
 
 PAGE_SIZE = 50
 # Targets are written 'operation:12' by some services and 'pattern #3' by others; both name a kind and an id.
@@ -95,7 +95,7 @@ def _filtered(query: QueryDict, visible: QuerySet[AuditEntry]) -> tuple[QuerySet
             continue
         try:
             entries = entries.filter(**{lookup: parse_moment(value, name=name)})
-        except FilterError as problem:
+        except ValueError as problem:
             problems.append(str(problem))
     return entries, problems
 
