@@ -20,21 +20,20 @@ from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD
+from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.forms import EditForm, editable_body_bytes
@@ -84,12 +83,6 @@ MAX_OWNER_CHOICES = 200
 PAGE_QUERY_TIMEOUT_MS = 5000
 
 
-class HtmxHttpRequest(HttpRequest):
-    """What HtmxMiddleware makes of every request (for the type checker)."""
-
-    htmx: HtmxDetails
-
-
 PATTERN_PAGE_SIZE = 50
 MAX_PATTERN_PAGE = 1_000_000
 # Levels of a chain of merges followed to find where a merged pattern's dead letters are now.
@@ -101,10 +94,6 @@ PATTERN_SORTS = {
     "first_seen": ("-first_seen_at",),
     "oldest": ("first_seen_at",),
 }
-
-
-def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
-    return f"{template}#{name}" if request.htmx else template
 
 
 @require_GET
@@ -134,7 +123,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "alerts_total": alerts_total,
         "operations": selectors.running_operations(),
     }
-    return render(request, _partial(request, "deadletters/dashboard.html", "panels"), context)
+    return render(request, partial_template(request, "deadletters/dashboard.html", "panels"), context)
 
 
 # Patterns ------------------------------------------------------------------------------------------------------
@@ -216,7 +205,7 @@ def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
         "back_url": request.get_full_path(),
         **_row_paths(),
     }
-    return render(request, _partial(request, "deadletters/patterns.html", "table"), context)
+    return render(request, partial_template(request, "deadletters/patterns.html", "table"), context)
 
 
 def _row_paths() -> dict[str, str]:
@@ -235,7 +224,7 @@ def _row_paths() -> dict[str, str]:
 def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
     context = _pattern_page_context(pattern, back_url=request.get_full_path(), split=_split_form())
-    return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
+    return render(request, partial_template(request, "deadletters/pattern_detail.html", "summary"), context)
 
 
 def _pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[str, Any]) -> dict[str, Any]:
@@ -295,16 +284,6 @@ def _known_queues() -> list[str]:
     return sorted(set(DeadLetterCount.objects.filter(count__gt=0).values_list("source_queue", flat=True)))
 
 
-def _parse_cursor(value: str | None) -> int | None:
-    if not value:
-        return None
-    try:
-        cursor = int(value)
-    except ValueError:
-        return None
-    return cursor if cursor > 0 else None
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def message_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -318,8 +297,8 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         chosen = DeadLetterFilter()
         found = DeadLetter.objects.none()
         typed = DeadLetterFilter.as_typed(request.GET)  # the form keeps what was typed, the bad value included
-    before = _parse_cursor(request.GET.get("before"))
-    after = _parse_cursor(request.GET.get("after"))
+    before = parse_id(request.GET.get("before"))
+    after = parse_id(request.GET.get("after"))
     columns = (
         "id",
         "source_queue",
@@ -344,7 +323,9 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         found = DeadLetter.objects.none()
     try:
         with selectors.time_limit(milliseconds=PAGE_QUERY_TIMEOUT_MS):
-            rows, more_newer, more_older = _keyset_page(found, before=before, after=after, columns=columns)
+            rows, more_newer, more_older = keyset_page(
+                found, size=PAGE_SIZE, before=before, after=after, columns=columns
+            )
     except OperationalError:
         # Text and payload searches scan rows; on a large table a rare match can take long. Say so, do not hang.
         error = (
@@ -383,7 +364,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "page_size": PAGE_SIZE,
         "only_archived": chosen.status == [DeadLetterStatus.ARCHIVED],
     }
-    return render(request, _partial(request, "deadletters/messages.html", "results"), context)
+    return render(request, partial_template(request, "deadletters/messages.html", "results"), context)
 
 
 def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int, FailurePattern, str]]:
@@ -425,19 +406,6 @@ def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int,
     return found
 
 
-def _keyset_page(
-    found: QuerySet[DeadLetter], *, before: int | None, after: int | None, columns: tuple[str, ...]
-) -> tuple[list[DeadLetter], bool, bool]:
-    """One page newest first, and whether there are newer and older pages: keyset on the id, never OFFSET."""
-    if after is not None:
-        rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
-        more_newer = len(rows) > PAGE_SIZE
-        return list(reversed(rows[:PAGE_SIZE])), more_newer, bool(rows)
-    page = found.filter(pk__lt=before) if before is not None else found
-    rows = list(page.order_by("-id").only(*columns)[: PAGE_SIZE + 1])
-    return rows[:PAGE_SIZE], before is not None, len(rows) > PAGE_SIZE
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -477,7 +445,7 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "retry": _quick_retry(request, dead_letter, history),
         "not_editable": _not_editable(dead_letter),
     }
-    return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
+    return render(request, partial_template(request, "deadletters/message_detail.html", "history"), context)
 
 
 def _record_url(dead_letter: DeadLetter) -> str:
@@ -731,7 +699,7 @@ def export_status(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
         return FileResponse(found.path.open("rb"), as_attachment=True, filename=found.download_name)
     response = render(
         request,
-        _partial(request, "deadletters/export_status.html", "state"),
+        partial_template(request, "deadletters/export_status.html", "state"),
         {"export": found, "name": name, "concurrency": settings.DLQ_EXPORT_CONCURRENCY},
     )
     if request.htmx and found.state not in ("waiting", "running"):
@@ -751,13 +719,7 @@ PATTERN_ACTIONS = [
 
 def _back(request: HtmxHttpRequest, fallback: str) -> str:
     """Where a non-htmx POST returns to: the page it came from when that is a local path."""
-    target = request.POST.get("next", "")
-    # Django's own check: a path on this site only (browsers read a backslash as a slash).
-    if target.startswith("/") and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return target
-    return fallback
+    return safe_next(request, request.POST.get("next")) or fallback
 
 
 def _pattern_fragment(
@@ -851,10 +813,8 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     owner: Any
     if "owner" in request.POST:
         chosen = request.POST["owner"]
-        # isascii: '²' is a digit to isdigit() but not to int(), and '١' should not name user #1.
-        owner = (
-            get_user_model().objects.filter(pk=int(chosen)).first() if chosen.isascii() and chosen.isdigit() else None
-        )
+        owner_id = parse_id(chosen)
+        owner = get_user_model().objects.filter(pk=owner_id).first() if owner_id is not None else None
         if chosen and owner is None:
             messages.error(request, "That user does not exist.")
             return redirect(back_url)
