@@ -1,4 +1,4 @@
-"""Pages for browsing and triage: dashboard, patterns, messages, one message.
+"""Pages for browsing and triage: patterns, messages, one message.
 
 Each page answers a normal request with the whole page and an htmx request with the partial it refreshes
 (Django's template partials, `template#name`). Writes go through services and are checked for the role here.
@@ -94,36 +94,6 @@ PATTERN_SORTS = {
     "first_seen": ("-first_seen_at",),
     "oldest": ("first_seen_at",),
 }
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    now = timezone.now()
-    queues = selectors.queue_summaries()
-    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
-    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
-    oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
-    newest = [queue.newest_at for queue in queues if queue.newest_at]
-    alerts, alerts_total = selectors.firing_alerts()
-    context = {
-        "now": now,
-        "queues": queues,
-        "waiting": sum(queue.parked + queue.scheduled for queue in queues),
-        "parked": sum(queue.parked for queue in queues),
-        "oldest_at": min(oldest) if oldest else None,
-        "newest_at": max(newest) if newest else None,
-        "day": day,
-        "hour": hour,
-        "day_total": sum(count for _, count in day),
-        "hour_total": sum(count for _, count in hour),
-        "top_patterns": selectors.top_patterns(limit=10, now=now),
-        "backpressure": selectors.backpressure(),
-        "alerts": alerts,
-        "alerts_total": alerts_total,
-        "operations": selectors.running_operations(),
-    }
-    return render(request, partial_template(request, "deadletters/dashboard.html", "panels"), context)
 
 
 # Patterns ------------------------------------------------------------------------------------------------------
