@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "dlqconsole.ingest",
     "dlqconsole.operations",
     "dlqconsole.alerts",
+    # Last: the console's own config, which wires up what reads every app above (the /metrics collector).
+    "dlqconsole.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
