@@ -34,7 +34,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
-from dlqconsole.deadletters import exports, selectors
+from dlqconsole.deadletters import exports, replays, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.forms import EditForm, editable_body_bytes
 from dlqconsole.deadletters.models import (
@@ -73,8 +73,6 @@ from dlqconsole.deadletters.services import (
     validate_rule,
 )
 from dlqconsole.deadletters.templatetags.charts import stamp
-from dlqconsole.operations.destinations import retry_destination
-from dlqconsole.operations.models import ALLOWED_STATUSES, ItemStatus, OperationItem, OperationKind
 
 PAGE_SIZE = 50
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
@@ -381,7 +379,6 @@ def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int,
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
     body = bytes(dead_letter.body)
-    history = _operation_history(dead_letter)
     headers = _header_rows(dead_letter)
     problems = dead_letter.parse_errors if isinstance(dead_letter.parse_errors, list) else [dead_letter.parse_errors]
     # What the page shows is bounded (payload.py); where it cuts, it links to the raw body and the whole record.
@@ -410,10 +407,10 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "identical_copies": list(
             DeadLetter.objects.filter(identical_to=dead_letter).order_by("id").only("id", "status")[:50]
         ),
-        "history": history,
         "kinds": _actions_for(request, dead_letter),
-        "retry": _quick_retry(request, dead_letter, history),
         "not_editable": _not_editable(dead_letter),
+        # The operation history and the Retry button: the operations app's (see deadletters/replays.py).
+        **replays.registered().page_context(request, dead_letter),
     }
     return render(request, partial_template(request, "deadletters/message_detail.html", "history"), context)
 
@@ -535,12 +532,6 @@ def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
     return chain
 
 
-def _operation_history(dead_letter: DeadLetter) -> list[OperationItem]:
-    return list(
-        OperationItem.objects.filter(dead_letter_id=dead_letter.pk).select_related("operation").order_by("-id")[:50]
-    )
-
-
 def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tuple[str, str]]:
     """The operation kinds this user may start on this message (the plan page checks again)."""
     kinds: list[tuple[str, str]] = []
@@ -553,66 +544,6 @@ def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tupl
     if has_role(request.user, ADMIN):
         kinds.append(("purge", "Purge"))
     return kinds
-
-
-def _quick_retry(
-    request: HtmxHttpRequest, dead_letter: DeadLetter, history: list[OperationItem]
-) -> dict[str, Any] | None:
-    """The Retry button of an operator, for a message a retry can take: where it goes, whether it was replayed
-    already (retrying sends it again: the page and the confirm dialog say so), and a fresh submission token (one
-    per page load, so a double click retries once). None when the button is not shown."""
-    if not has_role(request.user, OPERATOR) or dead_letter.status not in ALLOWED_STATUSES[OperationKind.RETRY]:
-        return None
-    destination = retry_destination(
-        exchange=dead_letter.original_exchange,
-        routing_keys=dead_letter.original_routing_keys,
-        queue=dead_letter.original_queue,
-    )
-    if destination is None:
-        return {"destination": None}
-    confirm = f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?"
-    sent = _last_sent(dead_letter, history)
-    if sent is not None:
-        confirm = f"{sent['warning']}\n\n{confirm}"
-    return {"destination": str(destination), "submission": uuid4().hex, "confirm": confirm, "sent": sent}
-
-
-def _last_sent(dead_letter: DeadLetter, history: list[OperationItem]) -> dict[str, Any] | None:
-    """When this dead letter was last published by a retry or a move, and by which operation; also when its
-    status or replay count says it was replayed but no operation at hand shows it (an older history)."""
-    for item in history:  # newest first
-        kind = item.operation.kind
-        if item.status in (ItemStatus.PUBLISHED, ItemStatus.DONE) and kind in (OperationKind.RETRY, OperationKind.MOVE):
-            done = "moved" if kind == OperationKind.MOVE else "replayed"
-            at = item.published_at or item.operation.created_at
-            return {
-                "done": done,
-                "at": at,
-                "operation": item.operation.pk,
-                "warning": f"Already {done} at {stamp(at)} by operation #{item.operation.pk}; retrying sends it again.",
-            }
-    if dead_letter.status != DeadLetterStatus.REPLAYED and dead_letter.replay_count:
-        # A boomerang: this record is the copy that died again; it was never replayed itself.
-        times = f"{dead_letter.replay_count} replay{pluralize(dead_letter.replay_count)}"
-        earlier = f" of #{dead_letter.previous_id}" if dead_letter.previous_id else ""
-        return {
-            "done": "boomerang",
-            "at": None,
-            "operation": None,
-            "previous": dead_letter.previous_id,
-            "times": times,
-            "warning": f"This message died again after {times}{earlier}; retrying sends it once more.",
-        }
-    if dead_letter.status == DeadLetterStatus.REPLAYED:
-        replayed_at = dead_letter.status_changed_at
-        when = f" at {stamp(replayed_at)}" if replayed_at else ""
-        return {
-            "done": "replayed",
-            "at": replayed_at,
-            "operation": None,
-            "warning": f"Already replayed{when}; retrying sends it again.",
-        }
-    return None
 
 
 @require_GET
@@ -923,21 +854,19 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context["unchanged"] = not context["body_diff"] and not context["headers_diff"]
     if request.POST.get("action") != "send":
         return render(request, "deadletters/message_edit.html", context)
-    from dlqconsole.operations.services import OperationError, edit_and_retry
-
     try:
-        result = edit_and_retry(
+        sent_by = replays.registered().send_edited(
             dead_letter=dead_letter,
             body=body.encode("utf-8"),
             headers=jsonsafe.decode(headers),
             actor=request.user,
             submission=form.cleaned_data["submission"],
         )
-    except OperationError as problem:
+    except replays.ReplayRefused as problem:
         form.add_error(None, str(problem))
         return render(request, "deadletters/message_edit.html", context, status=400)
     messages.success(request, "The edited copy was sent; the original is archived (restorable from its page).")
-    return redirect("operations:detail", pk=result.pk)
+    return redirect(sent_by)
 
 
 def _json_problem(body: str, *, content_type: str) -> str:
