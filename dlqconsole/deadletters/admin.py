@@ -32,6 +32,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body, show_json
+from dlqconsole.deadletters.services import PatternError, assign_pattern, set_pattern_status
 
 
 class CountCappedPaginator(Paginator):
@@ -402,8 +403,6 @@ class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
     def save_model(self, request: HttpRequest, obj: FailurePattern, form: Any, change: bool) -> None:
         """Never save the row directly: status, owner and note changes go through the triage services, which
         write the PatternEvent history and the audit log."""
-        from dlqconsole.deadletters.services import PatternError, assign_pattern, set_pattern_status
-
         stored = FailurePattern.objects.get(pk=obj.pk)
         try:
             if "status" in form.changed_data:

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.admin import DeadLetterAdmin
 from dlqconsole.deadletters.models import FailureReason
 from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS
@@ -213,8 +214,6 @@ class RetryPolicyForm(forms.ModelForm[RetryPolicy]):
         return int(value)
 
     def clean_rate(self) -> str:
-        from dlqconsole.core.ratelimit import parse_rate
-
         text = self.cleaned_data["rate"].strip()
         if text:
             try:
