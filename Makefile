@@ -29,10 +29,13 @@ services:
 run: setup services
 	scripts/run
 
+# lint-imports checks the layers of pyproject.toml's [tool.importlinter]; check-module-size, the 600-line limit.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports --no-cache
+	scripts/check-module-size
 
 test: setup services
 	scripts/system-packages
