@@ -29,10 +29,13 @@ services:
 run: setup services
 	scripts/run
 
+# lint-imports checks the layers of pyproject.toml's [tool.importlinter]; check-module-size, the 600-line limit.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports --no-cache
+	scripts/check-module-size
 
 # The tests need PostgreSQL: scripts/services installs and starts it when TEST_DATABASE_URL names a local one.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dlqconsole

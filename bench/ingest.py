@@ -223,8 +223,8 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
     import django
 
     django.setup()
+    from dlqconsole.deadletters.classify import classify
     from dlqconsole.deadletters.fingerprint import fingerprint
-    from dlqconsole.ingest.classify import classify
     from dlqconsole.ingest.services import COLUMNS
 
     database = psycopg.connect(database_url)

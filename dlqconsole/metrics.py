@@ -22,6 +22,26 @@ from django.utils import timezone
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dlqconsole.alerts.models import (
+    OPEN_STATUSES,
+    Alert,
+    Channel,
+    EvaluationState,
+    Notification,
+    NotificationStatus,
+    Severity,
+)
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    DeadLetterCount,
+    DeadLetterStatus,
+    FailurePattern,
+    PatternEvent,
+    PatternStatus,
+)
+from dlqconsole.ingest.models import IngestStat, QueueSample, WatchedQueue
+from dlqconsole.operations.models import FINISHED_STATUSES, Operation
+
 logger = logging.getLogger(__name__)
 
 OTHER = "other"
@@ -132,9 +152,6 @@ def fill(families: Families, *, now: dt.datetime) -> None:
 
 def queue_labels() -> dict[str, str]:
     """Which queue names get a label of their own: watched queues first, then the DLQs holding the most."""
-    from dlqconsole.deadletters.models import DeadLetterCount
-    from dlqconsole.ingest.models import WatchedQueue
-
     ranked: list[str] = []
     for name, dead_letter_queue in WatchedQueue.objects.filter(enabled=True).values_list("name", "dead_letter_queue"):
         ranked += [name, dead_letter_queue]
@@ -149,8 +166,6 @@ def _queue(label: dict[str, str], name: str) -> str:
 
 
 def _dead_letters(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
-    from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
-
     # The pattern's triage status lets Prometheus rules leave ignored patterns out, as the console's rules do.
     cells: dict[tuple[str, str, str, str], int] = defaultdict(int)
     parked_queues: set[str] = set()
@@ -178,8 +193,6 @@ def _age(moment: dt.datetime | None, now: dt.datetime) -> float:
 
 
 def _patterns(families: Families) -> None:
-    from dlqconsole.deadletters.models import FailurePattern, PatternEvent, PatternStatus
-
     by_status = dict(FailurePattern.objects.active().values_list("status").annotate(total=Count("pk")).order_by())
     for status in PatternStatus.values:
         families.add("dlq_patterns", by_status.get(status, 0), status)
@@ -188,8 +201,6 @@ def _patterns(families: Families) -> None:
 
 
 def _ingest(families: Families, *, label: dict[str, str]) -> None:
-    from dlqconsole.ingest.models import IngestStat
-
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for stat in IngestStat.objects.all():
         queue = _queue(label, stat.source_queue)
@@ -205,8 +216,6 @@ def _ingest(families: Families, *, label: dict[str, str]) -> None:
 
 
 def _operations(families: Families) -> None:
-    from dlqconsole.operations.models import FINISHED_STATUSES, Operation
-
     totals = (
         Operation.objects.values("kind")
         .annotate(succeeded=Sum("succeeded"), failed=Sum("failed"), skipped=Sum("skipped"), returned=Sum("returned"))
@@ -228,16 +237,6 @@ def _operations(families: Families) -> None:
 
 
 def _alerts(families: Families) -> None:
-    from dlqconsole.alerts.models import (
-        OPEN_STATUSES,
-        Alert,
-        Channel,
-        EvaluationState,
-        Notification,
-        NotificationStatus,
-        Severity,
-    )
-
     open_counts: dict[tuple[str, str], int] = {
         (severity, status): total
         for severity, status, total in Alert.objects.open()
@@ -276,8 +275,6 @@ def _alerts(families: Families) -> None:
 
 
 def _queues(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
-    from dlqconsole.ingest.models import QueueSample, WatchedQueue
-
     watched = list(WatchedQueue.objects.filter(enabled=True))
     roles: dict[str, str] = {}
     for queue in watched:

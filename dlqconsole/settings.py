@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "dlqconsole.ingest",
     "dlqconsole.operations",
     "dlqconsole.alerts",
+    # Last: the console's own config, which wires up what reads every app above (the /metrics collector).
+    "dlqconsole.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -132,7 +134,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "deadletters:dashboard"
+LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"

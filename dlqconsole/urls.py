@@ -4,9 +4,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from dlqconsole.dashboard import dashboard
 from dlqconsole.views import favicon, healthz, metrics
 
 urlpatterns = [
+    path("", dashboard, name="dashboard"),
     path("", include("dlqconsole.deadletters.urls")),
     path("operations/", include("dlqconsole.operations.urls")),
     path("alerts/", include("dlqconsole.alerts.urls")),

@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from dlqconsole.accounts.roles import ADMIN, role_of
+from dlqconsole.accounts.services import record_audit
 
 # The console's own apps: any role has Django's permissions on their models, and AuditedModelAdmin narrows them to
 # what the role may do (write_role, view_role).
@@ -58,8 +59,6 @@ class ConsoleAdminSite(admin.AdminSite):
 
     def password_change(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """Every role reaches this page now: a password changed here gets its audit row, like every operation."""
-        from dlqconsole.accounts.services import record_audit
-
         response = super().password_change(request, extra_context)
         # The view redirects only after it saved the new password; a refused form is shown again (200).
         if request.method == "POST" and response.status_code == 302:

@@ -9,6 +9,7 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self) -> None:
+        # Imported here: Django imports this module while it loads the apps, before models may be imported.
         from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 
         from dlqconsole.accounts import signin

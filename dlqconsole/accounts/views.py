@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
@@ -23,7 +23,8 @@ from django.views.decorators.vary import vary_on_headers
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import ADMIN, VIEWER, has_role, require_role
-from dlqconsole.deadletters.filters import FilterError, parse_moment
+from dlqconsole.core.durations import parse_moment
+from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
 
 PAGE_SIZE = 50
 # Targets are written 'operation:12' by some services and 'pattern #3' by others; both name a kind and an id.
@@ -125,14 +126,14 @@ def _filtered(query: QueryDict, visible: QuerySet[AuditEntry]) -> tuple[QuerySet
             continue
         try:
             entries = entries.filter(**{lookup: parse_moment(value, name=name)})
-        except FilterError as problem:
+        except ValueError as problem:
             problems.append(str(problem))
     return entries, problems
 
 
 @require_GET
 @vary_on_headers("HX-Request")
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
     visible = _visible(request.user)
     entries, problems = _filtered(request.GET, visible)
@@ -140,13 +141,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         # A filter that could not be read shows nothing rather than every entry under an error: the rows would
         # read as the answer to the filter (the messages page does the same).
         entries = entries.none()
-    before = request.GET.get("before", "")
-    if before.isascii() and before.isdigit():
-        entries = entries.filter(pk__lt=int(before))
+    before = parse_id(request.GET.get("before"))
     # The id follows the time of writing; ordering by it keeps pages stable and the index small.
-    rows = list(entries.order_by("-pk")[: PAGE_SIZE + 1])
-    has_next = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    rows, _, has_next = keyset_page(entries, size=PAGE_SIZE, before=before)
     kept = request.GET.copy()
     kept.pop("before", None)
     context: dict[str, Any] = {
@@ -155,9 +152,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "chosen": {name: request.GET.get(name, "") for name in ("actor", "action", "target", "since", "until")},
         "actions": sorted(set(visible.values_list("action", flat=True).distinct()[:200])),
         "next_query": f"{kept.urlencode()}&before={rows[-1].pk}" if has_next and rows else "",
-        "first_page": not before,
+        "first_page": before is None,
         "newest_query": kept.urlencode(),
     }
-    htmx = getattr(request, "htmx", None)
-    template = "accounts/audit.html#entries" if htmx else "accounts/audit.html"
-    return render(request, template, context)
+    return render(request, partial_template(request, "accounts/audit.html", "entries"), context)

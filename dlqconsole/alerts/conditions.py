@@ -34,6 +34,7 @@ from dlqconsole.deadletters.models import (
     PatternStatus,
 )
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from dlqconsole.operations.models import Operation, OperationStatus
 
 
 @dataclass(frozen=True)
@@ -321,8 +322,6 @@ class Facts:
     @cached_property
     def paused_operations(self) -> list[Any]:
         """Operations that paused themselves. A person who pauses one knows it already: that does not alert."""
-        from dlqconsole.operations.models import Operation, OperationStatus
-
         paused = Operation.objects.filter(status=OperationStatus.PAUSED, paused_automatically=True)
         return list(paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"))
 

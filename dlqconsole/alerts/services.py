@@ -368,6 +368,7 @@ def _spend_budget(channel: Channel, *, rule: AlertRule, now: dt.datetime) -> dt.
 
 
 def _enqueue(notification_ids: Iterable[int]) -> None:
+    # Imported here: the tasks import this module (a service enqueueing its own task).
     from dlqconsole.alerts.tasks import send_notification
 
     for notification_id in notification_ids:

@@ -17,11 +17,10 @@ from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
 from dlqconsole.alerts import services
@@ -39,6 +38,7 @@ from dlqconsole.alerts.models import (
 )
 from dlqconsole.core.bidi import isolate
 from dlqconsole.core.durations import format_duration
+from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
@@ -53,23 +53,8 @@ FINAL_NOTIFICATION_STATUSES = (
 )
 
 
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def _fragment(request: HtmxHttpRequest, template: str, partial: str) -> str:
-    return f"{template}#{partial}" if request.htmx else template
-
-
-def _safe_next(request: HtmxHttpRequest) -> str:
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        return target
-    return ""
-
-
 def _back(request: HtmxHttpRequest, fallback: str) -> HttpResponseRedirect:
-    return HttpResponseRedirect(_safe_next(request) or fallback)
+    return HttpResponseRedirect(safe_next(request, request.POST.get("next")) or fallback)
 
 
 # Alerts ---------------------------------------------------------------------------------------------------------
@@ -80,20 +65,17 @@ def _back(request: HtmxHttpRequest, fallback: str) -> HttpResponseRedirect:
 def alert_list(request: HtmxHttpRequest) -> HttpResponse:
     require_role(request.user, VIEWER)
     history = Alert.objects.history().select_related("rule").order_by("-id")
-    before = request.GET.get("before", "")
-    if before.isascii() and before.isdigit():
-        history = history.filter(pk__lt=int(before))
-    history_page = list(history[: HISTORY_PAGE + 1])
+    rows, _, more = keyset_page(history, size=HISTORY_PAGE, before=parse_id(request.GET.get("before")))
     context = {
         **_current_context(request),
-        "history": history_page[:HISTORY_PAGE],
-        "next_before": history_page[HISTORY_PAGE - 1].pk if len(history_page) > HISTORY_PAGE else None,
+        "history": rows,
+        "next_before": rows[-1].pk if more else None,
         "is_admin": has_role(request.user, ADMIN),
         "rules": AlertRule.objects.order_by("name").only("pk", "name"),
         "severities": Severity.choices,
     }
     partial = "history" if request.htmx and request.htmx.target == "alert-history" else "current"
-    return render(request, _fragment(request, "alerts/list.html", partial), context)
+    return render(request, partial_template(request, "alerts/list.html", partial), context)
 
 
 def _list_filter(query: QueryDict) -> dict[str, str]:
@@ -101,7 +83,7 @@ def _list_filter(query: QueryDict) -> dict[str, str]:
     ignored rather than refused: an old bookmark to a deleted rule still shows the page."""
     chosen = {}
     rule = query.get("rule", "")
-    if rule.isascii() and rule.isdigit():
+    if parse_id(rule) is not None:
         chosen["rule"] = rule
     severity = query.get("severity", "")
     if severity in Severity.values:
@@ -166,7 +148,7 @@ def alert_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "is_admin": has_role(request.user, ADMIN),
         "now": timezone.now(),
     }
-    return render(request, _fragment(request, "alerts/detail.html", "summary"), context)
+    return render(request, partial_template(request, "alerts/detail.html", "summary"), context)
 
 
 def _alert_notifications(alert: Alert) -> list[Notification]:
@@ -185,7 +167,7 @@ def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
             "can_operate": True,
             "now": timezone.now(),
             "notifications": _alert_notifications(alert),
-            "list_url": _safe_next(request) or reverse("alerts:list"),
+            "list_url": safe_next(request, request.POST.get("next")) or reverse("alerts:list"),
         }
         if request.POST.get("fragment") == "row":
             return render(request, "alerts/list.html#row", context)
@@ -298,7 +280,7 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
                 "dlq_depths": [sample.messages for sample in dead[:: max(1, len(dead) // 120)]],
             }
         )
-    return render(request, _fragment(request, "alerts/queues.html", "queues"), {"rows": rows, "now": now})
+    return render(request, partial_template(request, "alerts/queues.html", "queues"), {"rows": rows, "now": now})
 
 
 # Rules ----------------------------------------------------------------------------------------------------------
@@ -395,7 +377,7 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "overlap_until": channel.previous_signing_secret_until if channel.previous_signing_overlaps(now) else None,
         "overlap_hours": round(SIGNING_SECRET_OVERLAP.total_seconds() / 3600),
     }
-    response = render(request, _fragment(request, "alerts/channel.html", "notifications"), context)
+    response = render(request, partial_template(request, "alerts/channel.html", "notifications"), context)
     if secret:
         # Neither the browser's history nor a proxy keeps the one page that shows the secret.
         add_never_cache_headers(response)

@@ -1,9 +1,46 @@
-"""AMQP connections for the consumer, the replay worker, the topology command and the health check."""
+"""AMQP connections for the consumer, the replay worker, the topology command and the health check; and the AMQP
+names that ingest, the pages and replays share: the message properties, the headers the broker writes when a
+message dies, and which timestamps in a message are plausible."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pika
 from django.conf import settings
+
+# The basic properties of an AMQP 0-9-1 message besides its headers, as pika names them.
+PROPERTY_NAMES = (
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+)
+# Annotations the queue we consume from adds on each delivery (a quorum DLQ counts its own redeliveries):
+# a redelivered copy of the same dead letter differs only in these, so they are not part of its identity.
+DELIVERY_ANNOTATIONS = frozenset({"x-delivery-count", "x-acquired-count"})
+# Headers the broker adds when it dead-letters a message. Republishing them makes some broker versions drop the
+# message silently when it dies again, and they describe deaths that are over.
+DEATH_HEADERS = frozenset({"x-death"}) | DELIVERY_ANNOTATIONS
+DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
+# Timestamps outside this window are nonsense (a sender's bug, or a hostile header): kept raw, not used.
+EARLIEST_TIMESTAMP = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LATEST_TIMESTAMP_AHEAD = dt.timedelta(days=2)
+
+
+def is_death_header(name: str) -> bool:
+    """Headers the broker writes when a message dies; a replay strips them, so the message starts afresh."""
+    lowered = name.lower()
+    return lowered in DEATH_HEADERS or lowered.startswith(DEATH_HEADER_PREFIXES)
 
 
 def connection_parameters(url: str | None = None, *, heartbeat: int = 30) -> pika.URLParameters:

@@ -1,11 +1,15 @@
 """Durations as people write them: 90s, 5m, 1h30m, 2 days (a bare number is seconds), and back.
 
-Used by the alert rule form and by every time filter that takes an age ("since 30m").
+Used by the alert rule form and by every time filter that takes an age ("since 30m"), through parse_moment.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
 DURATION_UNITS = {
     "": 1,
@@ -33,6 +37,8 @@ DURATION_UNITS = {
 }
 DURATION_FORMAT = re.compile(r"(?:\s*\d{1,9}\s*[a-z]*\s*)+")
 DURATION_PART = re.compile(r"(\d+)\s*([a-z]*)")
+# An age (30m, 1h30m, 2 days) rather than a date: digits then a unit letter, no dashes or colons.
+RELATIVE = re.compile(r"^\d+\s*[a-z][a-z\d\s]*$", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> int:
@@ -58,3 +64,36 @@ def format_duration(seconds: int) -> str:
             parts.append(f"{seconds // size}{unit}")
             seconds %= size
     return "".join(parts)
+
+
+def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt.datetime:
+    """An ISO date or datetime, or a relative age like 15m, 2h, 1h30m, 7d (that long ago); ValueError, naming the
+    field (`name`), for anything else."""
+    now = now or timezone.now()
+    text = value.strip()
+    if RELATIVE.match(text):
+        try:
+            seconds = parse_duration(text)
+        except ValueError:
+            raise ValueError(f"{name}: {text!r} is not an age like 30m, 2h or 7d") from None
+        try:
+            return now - dt.timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"{name}: {text!r} reaches back before the year 1; try a shorter age") from None
+    try:
+        # Both raise ValueError for a well-formed date that does not exist (2026-13-45, 2026-02-30).
+        moment = parse_datetime(text)
+        if moment is None:
+            day = parse_date(text)
+            if day is not None:
+                moment = dt.datetime.combine(day, dt.time.min)
+        if moment is not None and timezone.is_naive(moment):
+            moment = timezone.make_aware(moment, dt.UTC)
+        if moment is not None:
+            # Past the first or last day once in UTC (9999-12-31T23:00-05:00): the database cannot store it.
+            moment.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        moment = None
+    if moment is None:
+        raise ValueError(f"{name} must be an ISO date/time or an age like 30m, 2h, 7d; not {value!r}")
+    return moment

@@ -22,9 +22,10 @@ from django.contrib.messages import get_messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import resolve_url
 from django.template.loader import render_to_string
-from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
+
+from dlqconsole.core.views import safe_next
 
 
 class HtmxMessagesMiddleware:
@@ -60,9 +61,5 @@ def _to_login(request: HttpRequest) -> HttpResponse:
     """HX-Redirect to the login page, coming back to the page the user had open (when it is one of ours)."""
     login = resolve_url(settings.LOGIN_URL)
     htmx: HtmxDetails = request.htmx  # type: ignore[attr-defined]  # set by django-htmx's middleware
-    current = htmx.current_url_abs_path or ""
-    if not current or not url_has_allowed_host_and_scheme(
-        current, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        current = "/"
+    current = safe_next(request, htmx.current_url_abs_path) or "/"
     return HttpResponseClientRedirect(f"{login}?{urlencode({'next': current})}")

@@ -10,7 +10,8 @@ counters and the audit log. Pattern triage writes go through dlqconsole.deadlett
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -31,8 +32,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters import admin_rules  # noqa: F401  (registers the FingerprintRule admin)
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent
 from dlqconsole.deadletters.payload import show_body, show_json
-from dlqconsole.ingest.models import WatchedQueue
-from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS, actions_allowed
+from dlqconsole.deadletters.services import PatternError, assign_pattern, set_pattern_status
 
 
 class CountCappedPaginator(Paginator):
@@ -54,11 +54,15 @@ class CountCappedPaginator(Paginator):
 class SourceQueueFilter(admin.SimpleListFilter):
     title = "queue"
     parameter_name = "queue"
+    # More queue names to offer, each read from a small table: ingest adds its watched DLQs when its admin loads
+    # (ingest/admin.py), so that one holding no dead letter yet is offered too. This app cannot import ingest.
+    more_names: ClassVar[list[Callable[[], Iterable[str]]]] = []
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         # The watched DLQs and the counter table are small; a DISTINCT over the dead letters is not.
-        names = set(WatchedQueue.objects.values_list("dead_letter_queue", flat=True))
-        names.update(DeadLetterCount.objects.values_list("source_queue", flat=True).distinct())
+        names = set(DeadLetterCount.objects.values_list("source_queue", flat=True).distinct())
+        for more in self.more_names:
+            names.update(more())
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -201,16 +205,25 @@ class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     show_full_result_count = False
     show_facets = ShowFacets.NEVER
     raw_id_fields = ["pattern", "previous", "edited_from"]
-    # Bulk actions on dead letters (retry, move, archive, ...) are added here by the operations area; each
-    # must go through a service that keeps the counters and writes the audit log. Django's delete_selected is
-    # not offered (see has_delete_permission).
-    actions: list[Any] = list(DEAD_LETTER_ACTIONS)
+    # Bulk actions on dead letters (retry, move, archive, ...) are operations: the operations app adds them here
+    # when its admin loads (operations/admin.py), since this app cannot import it. Each must go through a service
+    # that keeps the counters and writes the audit log. Django's delete_selected is not offered (see
+    # has_delete_permission).
+    actions: list[Any] = []
     fieldsets = [(title, {"fields": tuple(fields)}) for title, fields in DEAD_LETTER_FIELDS]
     # Every field shown is read-only, the raw ones (headers, properties, x-death, body) included.
     readonly_fields = [name for _, fields in DEAD_LETTER_FIELDS for name in fields]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        return actions_allowed(super().get_actions(request), request)
+        """The actions without those the user's role may not use (an action names the role it needs in
+        `required_role`): controls a user may not use are not shown, as on the console's pages (a viewer sees
+        none, an operator no purge). The server checks the role again when an action runs."""
+        actions: dict[str, Any] = super().get_actions(request)
+        return {
+            name: entry
+            for name, entry in actions.items()
+            if (role := getattr(entry[0], "required_role", None)) is None or has_role(request.user, role)
+        }
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter], search_term: str
@@ -390,8 +403,6 @@ class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
     def save_model(self, request: HttpRequest, obj: FailurePattern, form: Any, change: bool) -> None:
         """Never save the row directly: status, owner and note changes go through the triage services, which
         write the PatternEvent history and the audit log."""
-        from dlqconsole.deadletters.services import PatternError, assign_pattern, set_pattern_status
-
         stored = FailurePattern.objects.get(pk=obj.pk)
         try:
             if "status" in form.changed_data:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -20,12 +21,11 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from dlqconsole.deadletters.classify import classify
 from dlqconsole.deadletters.fingerprint import split_error_type
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.grouping.engine import group_lines
 from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
-from dlqconsole.ingest.classify import classify
-from dlqconsole.ingest.envelope import ParsedDeadLetter
 
 
 def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
@@ -78,21 +78,30 @@ def _with_type(template: str, error_type: str) -> str:
     return f"{error_type}: {template}"
 
 
+@dataclass(slots=True)
+class _Line:
+    """One line of stdin as a dead letter to file: what grouping reads of one (grouping.Letter), with the
+    defaults of a parsed dead letter that says nothing else."""
+
+    error_type: str
+    error_message: str
+    failure_reason: str
+    source_queue: str = "dlq-fingerprint"
+    original_queue: str = ""
+    death_reason: str = DeathReason.UNKNOWN
+    transient: bool = True
+    task_name: str = ""
+    stack_trace: str = ""
+    headers: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+
+
 def _file_lines(lines: list[str]) -> list[tuple[str, str, str]]:
-    letters: list[ParsedDeadLetter] = []
+    letters: list[_Line] = []
     for line in lines:
         error_type, message = split_error_type(line)
         reason = classify(error_type=error_type, message=message)
-        letters.append(
-            ParsedDeadLetter(
-                source_queue="dlq-fingerprint",
-                body=b"",
-                death_reason=DeathReason.UNKNOWN,
-                failure_reason=str(reason or "UNKNOWN"),
-                error_type=error_type,
-                error_message=message,
-            )
-        )
+        letters.append(_Line(error_type=error_type, error_message=message, failure_reason=str(reason or "UNKNOWN")))
     # An empty line is no failure to file: it gets the in-memory answer, "(no error message)".
     texts = [letter for letter in letters if letter.error_type or letter.error_message]
     with transaction.atomic():

@@ -221,6 +221,7 @@ def start_export(
 ) -> str:
     """Take one of the user's places (ExportRefused when none is free), create the export's `.part` file and
     enqueue the task that writes it; returns the export's token."""
+    # Imported here: the tasks import this module (a service enqueueing its own task).
     from dlqconsole.deadletters.tasks import write_export_task
 
     try:

@@ -15,14 +15,10 @@ from typing import Any
 from django.db.models import F, Lookup, Q
 from django.db.models.sql.compiler import SQLCompiler
 from django.http import QueryDict
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
-from dlqconsole.core.durations import parse_duration
+from dlqconsole.core.durations import parse_moment
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
 
-# An age (30m, 1h30m, 2 days) rather than a date: digits then a unit letter, no dashes or colons.
-RELATIVE = re.compile(r"^\d+\s*[a-z][a-z\d\s]*$", re.IGNORECASE)
 MAX_IDS = 10000
 
 
@@ -158,7 +154,7 @@ class DeadLetterFilter:
         for name in ("since", "until"):
             value = getattr(self, name)
             if value:
-                parse_moment(value, name=name)
+                _moment(value, name=name)
 
     def to_dict(self) -> dict[str, Any]:
         """Only the fields in use: compact in URLs, operations and the audit log."""
@@ -180,9 +176,9 @@ class DeadLetterFilter:
         if self.error_type:
             found = found.filter(error_type=self.error_type)
         if self.since:
-            found = found.filter(ingested_at__gte=parse_moment(self.since, name="since"))
+            found = found.filter(ingested_at__gte=_moment(self.since, name="since"))
         if self.until:
-            found = found.filter(ingested_at__lt=parse_moment(self.until, name="until"))
+            found = found.filter(ingested_at__lt=_moment(self.until, name="until"))
         if self.priority:
             low, _, high = self.priority.partition("-")
             found = found.filter(priority__gte=int(low), priority__lte=int(high or low))
@@ -202,33 +198,9 @@ class DeadLetterFilter:
         return found
 
 
-def parse_moment(value: str, *, name: str, now: dt.datetime | None = None) -> dt.datetime:
-    """An ISO date or datetime, or a relative age like 15m, 2h, 1h30m, 7d (that long ago)."""
-    now = now or timezone.now()
-    text = value.strip()
-    if RELATIVE.match(text):
-        try:
-            seconds = parse_duration(text)
-        except ValueError:
-            raise FilterError(f"{name}: {text!r} is not an age like 30m, 2h or 7d") from None
-        try:
-            return now - dt.timedelta(seconds=seconds)
-        except OverflowError:
-            raise FilterError(f"{name}: {text!r} reaches back before the year 1; try a shorter age") from None
+def _moment(value: str, *, name: str) -> dt.datetime:
+    """`since` or `until` as a moment, or the filter's own error saying why it is none."""
     try:
-        # Both raise ValueError for a well-formed date that does not exist (2026-13-45, 2026-02-30).
-        moment = parse_datetime(text)
-        if moment is None:
-            day = parse_date(text)
-            if day is not None:
-                moment = dt.datetime.combine(day, dt.time.min)
-        if moment is not None and timezone.is_naive(moment):
-            moment = timezone.make_aware(moment, dt.UTC)
-        if moment is not None:
-            # Past the first or last day once in UTC (9999-12-31T23:00-05:00): the database cannot store it.
-            moment.astimezone(dt.UTC)
-    except (ValueError, OverflowError):
-        moment = None
-    if moment is None:
-        raise FilterError(f"{name} must be an ISO date/time or an age like 30m, 2h, 7d; not {value!r}")
-    return moment
+        return parse_moment(value, name=name)
+    except ValueError as problem:
+        raise FilterError(str(problem)) from None

@@ -350,7 +350,7 @@ def _short_frame(frame: str) -> str:
 def clear_caches() -> None:
     """Forget every cached answer (benchmarks measure the work, not the caches), classification's too."""
     # Imported here: fingerprints know nothing of failure reasons (classify imports the models).
-    from dlqconsole.ingest.classify import clear_cache as clear_classify_cache
+    from dlqconsole.deadletters.classify import clear_cache as clear_classify_cache
 
     _FINGERPRINT_CACHE.clear()
     _TOKEN_CACHE.clear()

@@ -8,8 +8,8 @@ from django import forms
 from django.conf import settings
 
 from dlqconsole.core import jsonsafe
+from dlqconsole.core.amqp import is_death_header
 from dlqconsole.core.publish import ENCODING_ERRORS
-from dlqconsole.deadletters.payload import is_death_header
 
 MAX_BODY_CHARACTERS = 5 * 1024 * 1024
 # Room in a posted edit form for the headers and the other fields, besides the payload.

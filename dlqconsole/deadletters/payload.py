@@ -28,8 +28,7 @@ from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
 from dlqconsole.core import jsonsafe
-
-DEATH_HEADERS = frozenset({"x-death", "x-delivery-count", "x-acquired-count"})
+from dlqconsole.core.amqp import is_death_header
 
 # A body nested deeper is shown as text: laid out, each level indents every line inside it by two more spaces.
 JSON_MAX_DEPTH = 100
@@ -393,12 +392,6 @@ def _listed(values: list[Any]) -> Iterator[str]:
         if index:
             yield ", "
         yield _scalar_text(value)
-
-
-def is_death_header(name: str) -> bool:
-    """Headers the broker writes when a message dies; a replay strips them, so the message starts afresh."""
-    lowered = name.lower()
-    return lowered in DEATH_HEADERS or lowered.startswith(("x-first-death-", "x-last-death-"))
 
 
 def headers_as_json(headers: Any, *, leave_out: frozenset[str] = frozenset()) -> str:

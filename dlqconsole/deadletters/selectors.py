@@ -1,4 +1,5 @@
-"""Reads for the pages that span apps: the dashboard, the patterns table, backpressure, alerts, operations.
+"""Reads of dead letters for the pages: queue summaries, arrivals, pattern trends, and what the counters can tell
+of a filter.
 
 Counts come from the counters (DeadLetterCount, FailurePattern.total_count, ArrivalCount, PatternArrivalCount),
 never from COUNT(*) over the dead letters. The only reads of dead letters here are single-row index probes (oldest
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, OuterRef, Subquery, Sum, Value, When
+from django.db.models import Sum
 from django.utils import timezone
 
 from dlqconsole.deadletters.filters import DeadLetterFilter
@@ -32,7 +33,6 @@ from dlqconsole.deadletters.models import (
 # Statuses whose dead letters are still to be dealt with (they are what "parked" means on the dashboard).
 WAITING = (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED)
 ALL_STATUSES = tuple(DeadLetterStatus.values)
-LEVELS = ("normal", "warning", "critical", "emergency")
 
 
 @dataclass
@@ -50,16 +50,6 @@ class PatternSummary:
     parked: int
     queues: list[str] = field(default_factory=list)
     trend: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Backpressure:
-    queue: str
-    depth: int | None
-    consumers: int | None
-    level: str
-    sampled_at: dt.datetime | None
-    thresholds: tuple[int, int, int]
 
 
 @contextmanager
@@ -235,79 +225,6 @@ def top_patterns(*, limit: int = 10, now: dt.datetime | None = None) -> list[Pat
         for pattern_id in top
         if pattern_id in patterns
     ]
-
-
-def backpressure_level(*, depth: int | None, warning: int, critical: int, emergency: int) -> str:
-    if depth is None:
-        return "unknown"
-    if depth >= emergency:
-        return "emergency"
-    if depth >= critical:
-        return "critical"
-    if depth >= warning:
-        return "warning"
-    return "normal"
-
-
-def backpressure() -> list[Backpressure]:
-    """The latest depth sample of each watched work queue, with its level from the queue's thresholds (one query:
-    a probe of the (queue, -sampled_at) index per queue)."""
-    from dlqconsole.ingest.models import QueueSample, WatchedQueue
-
-    latest = QueueSample.objects.filter(queue=OuterRef("name")).order_by("-sampled_at")
-    watched = WatchedQueue.objects.filter(enabled=True).annotate(
-        depth=Subquery(latest.values("messages")[:1]),
-        consumer_count=Subquery(latest.values("consumers")[:1]),
-        sampled_at=Subquery(latest.values("sampled_at")[:1]),
-    )
-    found = []
-    for queue in watched.order_by("name"):
-        depth = queue.depth  # type: ignore[attr-defined]
-        found.append(
-            Backpressure(
-                queue=queue.name,
-                depth=depth,
-                consumers=queue.consumer_count,  # type: ignore[attr-defined]
-                level=backpressure_level(
-                    depth=depth,
-                    warning=queue.warning_depth,
-                    critical=queue.critical_depth,
-                    emergency=queue.emergency_depth,
-                ),
-                sampled_at=queue.sampled_at,  # type: ignore[attr-defined]
-                thresholds=(queue.warning_depth, queue.critical_depth, queue.emergency_depth),
-            )
-        )
-    order = {level: index for index, level in enumerate(reversed(LEVELS))}
-    found.sort(key=lambda item: (order.get(item.level, len(LEVELS)), item.queue))
-    return found
-
-
-def firing_alerts(*, limit: int = 8) -> tuple[list[Any], int]:
-    """(The alerts firing or acknowledged now that matter most: not yet acknowledged, then the most severe, then
-    the newest; how many there are in all). The dashboard shows a few and links to the rest: an alert storm must
-    not push everything else off the page."""
-    from dlqconsole.alerts.models import Alert
-
-    active = Alert.objects.active()
-    severity = Case(
-        *(When(severity=name, then=Value(rank)) for rank, name in enumerate(("emergency", "critical", "warning"))),
-        default=Value(3),
-    )
-    acknowledged = Case(When(status="acknowledged", then=Value(1)), default=Value(0))
-    alerts = list(
-        active.select_related("rule")
-        .annotate(acknowledged_rank=acknowledged, severity_rank=severity)
-        .order_by("acknowledged_rank", "severity_rank", "-started_at", "-id")[:limit]
-    )
-    return alerts, active.count() if len(alerts) == limit else len(alerts)
-
-
-def running_operations(*, limit: int = 20) -> list[Any]:
-    """Operations under way (canary, running, paused), newest first; plans nobody started are left out."""
-    from dlqconsole.operations.models import Operation, OperationStatus
-
-    return list(Operation.objects.unfinished().exclude(status=OperationStatus.PLANNED).order_by("-id")[:limit])
 
 
 def counted_matches(chosen: DeadLetterFilter) -> int | None:

@@ -44,6 +44,15 @@ from django.utils import timezone
 
 from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.counters import add_counts, add_pattern_arrivals, arrival_hour, transfer_pattern_arrivals
+from dlqconsole.deadletters.grouping.rules import (
+    MATCH_TIMEOUT,
+    RuleTooSlowError,
+    compile_rule,
+    forget_rules,
+    matches,
+    search,
+)
 from dlqconsole.deadletters.models import (
     DeadLetter,
     FailurePattern,
@@ -190,8 +199,6 @@ def move_dead_letters(
     one of `ids`) to `target_id`, and the counters with them: the status cells, and the hourly arrival counts of
     the sparklines (all of them when the whole pattern moves, purged arrivals included; else those of the dead
     letters moved). Returns (moved, earliest, latest ingested_at)."""
-    from dlqconsole.ingest.services import add_counts, add_pattern_arrivals, arrival_hour, transfer_pattern_arrivals
-
     table = DeadLetter._meta.db_table
     moved: Counter[tuple[str, str, str]] = Counter()
     hours: Counter[dt.datetime] = Counter()
@@ -372,8 +379,6 @@ def merge_patterns(
 
 
 def _forget_rules() -> None:
-    from dlqconsole.deadletters.grouping.rules import forget_rules
-
     # Also when the transaction rolls back: the next batch simply reads the rules again.
     forget_rules()
 
@@ -430,8 +435,6 @@ BACKTRACKING_PROBES = tuple(character * 40 + end for character in "ax1 .-_/" for
 def _refuse_catastrophic(expression: str) -> None:
     """Refuse, when it is saved, an expression that a search bounds only by its timeout: at ingest every message
     it meets would cost up to two timeouts (MATCH_TIMEOUT each), and it would match by the clock, not the text."""
-    from dlqconsole.deadletters.grouping.rules import MATCH_TIMEOUT, RuleTooSlowError, compile_rule, search
-
     rule = compile_rule(FingerprintRule(name="probe", regex=expression))
     for probe in BACKTRACKING_PROBES:
         try:
@@ -539,8 +542,6 @@ def delete_fingerprint_rule(*, rule: FingerprintRule, actor: Actor) -> None:
 def _split_matches(compiled: Any, error_type: str, message: str, headers: Any) -> bool:
     """Whether a split rule takes a dead letter; a search that ran out of time refuses the split (PatternError)
     rather than leaving the dead letter where it is unchecked."""
-    from dlqconsole.deadletters.grouping.rules import RuleTooSlowError, matches
-
     try:
         return matches(compiled, error_type=error_type, message=message, headers=headers, strict=True)
     except RuleTooSlowError as problem:
@@ -579,8 +580,6 @@ def split_pattern(
     """Split the dead letters of `pattern` that match a rule (a regular expression on the error text, and/or a
     header) into a new pattern named `name`. The rule is kept, scoped to the pattern, so later arrivals that
     match are split off too. Returns the new pattern."""
-    from dlqconsole.deadletters.grouping.rules import compile_rule
-
     validate_rule(name=name, regex=regex, header=header)
     now = now or timezone.now()
     with transaction.atomic():
@@ -690,8 +689,6 @@ SPLIT_TIME_LIMIT = 10.0
 def split_preview(*, pattern: FailurePattern, regex: str = "", header: str = "", examples: int = 5) -> SplitPreview:
     """What a split rule would take from a pattern, for a page that shows it before the operator confirms: how many
     of its newest dead letters match, and a few of them."""
-    from dlqconsole.deadletters.grouping.rules import compile_rule
-
     _validate_match(regex=regex, header=header)
     compiled = compile_rule(FingerprintRule(name="preview", regex=regex, header=header))
     rows = DeadLetter.objects.filter(pattern_id=pattern.pk).order_by("-pk")[:SPLIT_PREVIEW_LIMIT]

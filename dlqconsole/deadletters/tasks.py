@@ -8,7 +8,7 @@ from typing import Any
 from dlqconsole.celery import app
 from dlqconsole.core.taskargs import CheckedTask, one_of
 from dlqconsole.deadletters import exports
-from dlqconsole.ingest.services import prune_arrival_counts
+from dlqconsole.deadletters.counters import prune_arrival_counts
 
 
 @app.task(

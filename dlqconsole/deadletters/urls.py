@@ -6,7 +6,6 @@ from dlqconsole.deadletters import views
 
 app_name = "deadletters"
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
     path("patterns/", views.pattern_list, name="patterns"),
     path("patterns/merge/", views.pattern_merge, name="pattern-merge"),
     path("patterns/<int:pk>/", views.pattern_detail, name="pattern"),

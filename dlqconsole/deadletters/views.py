@@ -1,4 +1,4 @@
-"""Pages for browsing and triage: dashboard, patterns, messages, one message.
+"""Pages for browsing and triage: patterns, messages, one message.
 
 Each page answers a normal request with the whole page and an htmx request with the partial it refreshes
 (Django's template partials, `template#name`). Writes go through services and are checked for the role here.
@@ -20,21 +20,21 @@ from django.contrib.auth import get_user_model
 from django.db import OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase, QueryDict
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role, require_role
 from dlqconsole.core import jsonsafe
-from dlqconsole.deadletters import exports, selectors
+from dlqconsole.core.amqp import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD
+from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
+from dlqconsole.deadletters import exports, replays, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.forms import EditForm, editable_body_bytes
 from dlqconsole.deadletters.models import (
@@ -73,22 +73,12 @@ from dlqconsole.deadletters.services import (
     validate_rule,
 )
 from dlqconsole.deadletters.templatetags.charts import stamp
-from dlqconsole.ingest.envelope import EARLIEST as TIMESTAMP_EARLIEST
-from dlqconsole.ingest.envelope import LATEST_AHEAD as TIMESTAMP_LATEST_AHEAD
-from dlqconsole.operations.destinations import retry_destination
-from dlqconsole.operations.models import ALLOWED_STATUSES, ItemStatus, OperationItem, OperationKind
 
 PAGE_SIZE = 50
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
 MAX_OWNER_CHOICES = 200
 # The messages page stops a search that runs longer than this (PostgreSQL) and asks for a narrower filter.
 PAGE_QUERY_TIMEOUT_MS = 5000
-
-
-class HtmxHttpRequest(HttpRequest):
-    """What HtmxMiddleware makes of every request (for the type checker)."""
-
-    htmx: HtmxDetails
 
 
 PATTERN_PAGE_SIZE = 50
@@ -102,40 +92,6 @@ PATTERN_SORTS = {
     "first_seen": ("-first_seen_at",),
     "oldest": ("first_seen_at",),
 }
-
-
-def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
-    return f"{template}#{name}" if request.htmx else template
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    now = timezone.now()
-    queues = selectors.queue_summaries()
-    day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
-    hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
-    oldest = [queue.oldest_at for queue in queues if queue.oldest_at]
-    newest = [queue.newest_at for queue in queues if queue.newest_at]
-    alerts, alerts_total = selectors.firing_alerts()
-    context = {
-        "now": now,
-        "queues": queues,
-        "waiting": sum(queue.parked + queue.scheduled for queue in queues),
-        "parked": sum(queue.parked for queue in queues),
-        "oldest_at": min(oldest) if oldest else None,
-        "newest_at": max(newest) if newest else None,
-        "day": day,
-        "hour": hour,
-        "day_total": sum(count for _, count in day),
-        "hour_total": sum(count for _, count in hour),
-        "top_patterns": selectors.top_patterns(limit=10, now=now),
-        "backpressure": selectors.backpressure(),
-        "alerts": alerts,
-        "alerts_total": alerts_total,
-        "operations": selectors.running_operations(),
-    }
-    return render(request, _partial(request, "deadletters/dashboard.html", "panels"), context)
 
 
 # Patterns ------------------------------------------------------------------------------------------------------
@@ -217,7 +173,7 @@ def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
         "back_url": request.get_full_path(),
         **_row_paths(),
     }
-    return render(request, _partial(request, "deadletters/patterns.html", "table"), context)
+    return render(request, partial_template(request, "deadletters/patterns.html", "table"), context)
 
 
 def _row_paths() -> dict[str, str]:
@@ -236,7 +192,7 @@ def _row_paths() -> dict[str, str]:
 def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
     context = _pattern_page_context(pattern, back_url=request.get_full_path(), split=_split_form())
-    return render(request, _partial(request, "deadletters/pattern_detail.html", "summary"), context)
+    return render(request, partial_template(request, "deadletters/pattern_detail.html", "summary"), context)
 
 
 def _pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[str, Any]) -> dict[str, Any]:
@@ -296,16 +252,6 @@ def _known_queues() -> list[str]:
     return sorted(set(DeadLetterCount.objects.filter(count__gt=0).values_list("source_queue", flat=True)))
 
 
-def _parse_cursor(value: str | None) -> int | None:
-    if not value:
-        return None
-    try:
-        cursor = int(value)
-    except ValueError:
-        return None
-    return cursor if cursor > 0 else None
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def message_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -319,8 +265,8 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         chosen = DeadLetterFilter()
         found = DeadLetter.objects.none()
         typed = DeadLetterFilter.as_typed(request.GET)  # the form keeps what was typed, the bad value included
-    before = _parse_cursor(request.GET.get("before"))
-    after = _parse_cursor(request.GET.get("after"))
+    before = parse_id(request.GET.get("before"))
+    after = parse_id(request.GET.get("after"))
     columns = (
         "id",
         "source_queue",
@@ -345,7 +291,9 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         found = DeadLetter.objects.none()
     try:
         with selectors.time_limit(milliseconds=PAGE_QUERY_TIMEOUT_MS):
-            rows, more_newer, more_older = _keyset_page(found, before=before, after=after, columns=columns)
+            rows, more_newer, more_older = keyset_page(
+                found, size=PAGE_SIZE, before=before, after=after, columns=columns
+            )
     except OperationalError:
         # Text and payload searches scan rows; on a large table a rare match can take long. Say so, do not hang.
         error = (
@@ -384,7 +332,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "page_size": PAGE_SIZE,
         "only_archived": chosen.status == [DeadLetterStatus.ARCHIVED],
     }
-    return render(request, _partial(request, "deadletters/messages.html", "results"), context)
+    return render(request, partial_template(request, "deadletters/messages.html", "results"), context)
 
 
 def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int, FailurePattern, str]]:
@@ -426,25 +374,11 @@ def _merged_away(pattern_ids: list[int], *, query: QueryDict) -> list[tuple[int,
     return found
 
 
-def _keyset_page(
-    found: QuerySet[DeadLetter], *, before: int | None, after: int | None, columns: tuple[str, ...]
-) -> tuple[list[DeadLetter], bool, bool]:
-    """One page newest first, and whether there are newer and older pages: keyset on the id, never OFFSET."""
-    if after is not None:
-        rows = list(found.filter(pk__gt=after).order_by("id").only(*columns)[: PAGE_SIZE + 1])
-        more_newer = len(rows) > PAGE_SIZE
-        return list(reversed(rows[:PAGE_SIZE])), more_newer, bool(rows)
-    page = found.filter(pk__lt=before) if before is not None else found
-    rows = list(page.order_by("-id").only(*columns)[: PAGE_SIZE + 1])
-    return rows[:PAGE_SIZE], before is not None, len(rows) > PAGE_SIZE
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
     body = bytes(dead_letter.body)
-    history = _operation_history(dead_letter)
     headers = _header_rows(dead_letter)
     problems = dead_letter.parse_errors if isinstance(dead_letter.parse_errors, list) else [dead_letter.parse_errors]
     # What the page shows is bounded (payload.py); where it cuts, it links to the raw body and the whole record.
@@ -473,12 +407,12 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "identical_copies": list(
             DeadLetter.objects.filter(identical_to=dead_letter).order_by("id").only("id", "status")[:50]
         ),
-        "history": history,
         "kinds": _actions_for(request, dead_letter),
-        "retry": _quick_retry(request, dead_letter, history),
         "not_editable": _not_editable(dead_letter),
+        # The operation history and the Retry button: the operations app's (see deadletters/replays.py).
+        **replays.registered().page_context(request, dead_letter),
     }
-    return render(request, _partial(request, "deadletters/message_detail.html", "history"), context)
+    return render(request, partial_template(request, "deadletters/message_detail.html", "history"), context)
 
 
 def _record_url(dead_letter: DeadLetter) -> str:
@@ -581,7 +515,7 @@ def _timestamp_row(seconds: Any, *, value: str, kind: str, now: dt.datetime) -> 
         moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     except (OverflowError, OSError, ValueError):
         return replace(row, note="not a time: beyond any calendar date")
-    if not TIMESTAMP_EARLIEST <= moment <= now + TIMESTAMP_LATEST_AHEAD:
+    if not EARLIEST_TIMESTAMP <= moment <= now + LATEST_TIMESTAMP_AHEAD:
         return replace(row, note=f"not a plausible time (it would be {stamp(moment)})")
     return replace(row, moment=moment)
 
@@ -598,12 +532,6 @@ def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
     return chain
 
 
-def _operation_history(dead_letter: DeadLetter) -> list[OperationItem]:
-    return list(
-        OperationItem.objects.filter(dead_letter_id=dead_letter.pk).select_related("operation").order_by("-id")[:50]
-    )
-
-
 def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tuple[str, str]]:
     """The operation kinds this user may start on this message (the plan page checks again)."""
     kinds: list[tuple[str, str]] = []
@@ -616,66 +544,6 @@ def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tupl
     if has_role(request.user, ADMIN):
         kinds.append(("purge", "Purge"))
     return kinds
-
-
-def _quick_retry(
-    request: HtmxHttpRequest, dead_letter: DeadLetter, history: list[OperationItem]
-) -> dict[str, Any] | None:
-    """The Retry button of an operator, for a message a retry can take: where it goes, whether it was replayed
-    already (retrying sends it again: the page and the confirm dialog say so), and a fresh submission token (one
-    per page load, so a double click retries once). None when the button is not shown."""
-    if not has_role(request.user, OPERATOR) or dead_letter.status not in ALLOWED_STATUSES[OperationKind.RETRY]:
-        return None
-    destination = retry_destination(
-        exchange=dead_letter.original_exchange,
-        routing_keys=dead_letter.original_routing_keys,
-        queue=dead_letter.original_queue,
-    )
-    if destination is None:
-        return {"destination": None}
-    confirm = f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?"
-    sent = _last_sent(dead_letter, history)
-    if sent is not None:
-        confirm = f"{sent['warning']}\n\n{confirm}"
-    return {"destination": str(destination), "submission": uuid4().hex, "confirm": confirm, "sent": sent}
-
-
-def _last_sent(dead_letter: DeadLetter, history: list[OperationItem]) -> dict[str, Any] | None:
-    """When this dead letter was last published by a retry or a move, and by which operation; also when its
-    status or replay count says it was replayed but no operation at hand shows it (an older history)."""
-    for item in history:  # newest first
-        kind = item.operation.kind
-        if item.status in (ItemStatus.PUBLISHED, ItemStatus.DONE) and kind in (OperationKind.RETRY, OperationKind.MOVE):
-            done = "moved" if kind == OperationKind.MOVE else "replayed"
-            at = item.published_at or item.operation.created_at
-            return {
-                "done": done,
-                "at": at,
-                "operation": item.operation.pk,
-                "warning": f"Already {done} at {stamp(at)} by operation #{item.operation.pk}; retrying sends it again.",
-            }
-    if dead_letter.status != DeadLetterStatus.REPLAYED and dead_letter.replay_count:
-        # A boomerang: this record is the copy that died again; it was never replayed itself.
-        times = f"{dead_letter.replay_count} replay{pluralize(dead_letter.replay_count)}"
-        earlier = f" of #{dead_letter.previous_id}" if dead_letter.previous_id else ""
-        return {
-            "done": "boomerang",
-            "at": None,
-            "operation": None,
-            "previous": dead_letter.previous_id,
-            "times": times,
-            "warning": f"This message died again after {times}{earlier}; retrying sends it once more.",
-        }
-    if dead_letter.status == DeadLetterStatus.REPLAYED:
-        replayed_at = dead_letter.status_changed_at
-        when = f" at {stamp(replayed_at)}" if replayed_at else ""
-        return {
-            "done": "replayed",
-            "at": replayed_at,
-            "operation": None,
-            "warning": f"Already replayed{when}; retrying sends it again.",
-        }
-    return None
 
 
 @require_GET
@@ -732,7 +600,7 @@ def export_status(request: HtmxHttpRequest, name: str) -> HttpResponseBase:
         return FileResponse(found.path.open("rb"), as_attachment=True, filename=found.download_name)
     response = render(
         request,
-        _partial(request, "deadletters/export_status.html", "state"),
+        partial_template(request, "deadletters/export_status.html", "state"),
         {"export": found, "name": name, "concurrency": settings.DLQ_EXPORT_CONCURRENCY},
     )
     if request.htmx and found.state not in ("waiting", "running"):
@@ -752,13 +620,7 @@ PATTERN_ACTIONS = [
 
 def _back(request: HtmxHttpRequest, fallback: str) -> str:
     """Where a non-htmx POST returns to: the page it came from when that is a local path."""
-    target = request.POST.get("next", "")
-    # Django's own check: a path on this site only (browsers read a backslash as a slash).
-    if target.startswith("/") and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return target
-    return fallback
+    return safe_next(request, request.POST.get("next")) or fallback
 
 
 def _pattern_fragment(
@@ -852,10 +714,8 @@ def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     owner: Any
     if "owner" in request.POST:
         chosen = request.POST["owner"]
-        # isascii: '²' is a digit to isdigit() but not to int(), and '١' should not name user #1.
-        owner = (
-            get_user_model().objects.filter(pk=int(chosen)).first() if chosen.isascii() and chosen.isdigit() else None
-        )
+        owner_id = parse_id(chosen)
+        owner = get_user_model().objects.filter(pk=owner_id).first() if owner_id is not None else None
         if chosen and owner is None:
             messages.error(request, "That user does not exist.")
             return redirect(back_url)
@@ -994,21 +854,19 @@ def message_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context["unchanged"] = not context["body_diff"] and not context["headers_diff"]
     if request.POST.get("action") != "send":
         return render(request, "deadletters/message_edit.html", context)
-    from dlqconsole.operations.services import OperationError, edit_and_retry
-
     try:
-        result = edit_and_retry(
+        sent_by = replays.registered().send_edited(
             dead_letter=dead_letter,
             body=body.encode("utf-8"),
             headers=jsonsafe.decode(headers),
             actor=request.user,
             submission=form.cleaned_data["submission"],
         )
-    except OperationError as problem:
+    except replays.ReplayRefused as problem:
         form.add_error(None, str(problem))
         return render(request, "deadletters/message_edit.html", context, status=400)
     messages.success(request, "The edited copy was sent; the original is archived (restorable from its page).")
-    return redirect("operations:detail", pk=result.pk)
+    return redirect(sent_by)
 
 
 def _json_problem(body: str, *, content_type: str) -> str:

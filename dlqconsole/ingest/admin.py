@@ -3,6 +3,7 @@ read-only once declared (RabbitMQ cannot change them; declare_topology records t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -12,9 +13,19 @@ from django.http import HttpRequest
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, has_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.admin import SourceQueueFilter
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 THRESHOLDS = ("warning_depth", "critical_depth", "emergency_depth")
+
+
+def _watched_dead_letter_queues() -> Iterable[str]:
+    return WatchedQueue.objects.values_list("dead_letter_queue", flat=True)
+
+
+# The dead letters' admin filters by queue; the watched DLQs are offered too, also those that hold no dead letter
+# yet. deadletters cannot import this app, so they are added to its filter here, when the admins load.
+SourceQueueFilter.more_names.append(_watched_dead_letter_queues)
 
 
 class WatchedQueueForm(forms.ModelForm[WatchedQueue]):

@@ -37,24 +37,10 @@ import pika.spec
 from django.conf import settings
 
 from dlqconsole.core import jsonsafe
+from dlqconsole.core.amqp import DELIVERY_ANNOTATIONS, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD, PROPERTY_NAMES
+from dlqconsole.deadletters.classify import classify
 from dlqconsole.deadletters.models import PERMANENT_REASONS, DeathReason, FailureReason
-from dlqconsole.ingest.classify import classify
 
-PROPERTY_NAMES = (
-    "content_type",
-    "content_encoding",
-    "delivery_mode",
-    "priority",
-    "correlation_id",
-    "reply_to",
-    "expiration",
-    "message_id",
-    "timestamp",
-    "type",
-    "user_id",
-    "app_id",
-    "cluster_id",
-)
 DEATH_REASONS = {choice.value for choice in DeathReason}
 BROKER_FAILURE_REASON = {
     DeathReason.REJECTED: FailureReason.REJECTED,
@@ -62,13 +48,7 @@ BROKER_FAILURE_REASON = {
     DeathReason.MAXLEN: FailureReason.MAXLEN,
     DeathReason.DELIVERY_LIMIT: FailureReason.DELIVERY_LIMIT,
 }
-# Annotations the queue we consume from adds on each delivery (a quorum DLQ counts its own redeliveries):
-# a redelivered copy of the same dead letter differs only in these, so they are not part of its identity.
-DELIVERY_ANNOTATIONS = frozenset({"x-delivery-count", "x-acquired-count"})
-# Timestamps outside this window are nonsense (a sender's bug, or a hostile header): kept raw, not used.
-EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-LATEST_AHEAD = dt.timedelta(days=2)
-EARLIEST_SECONDS = EARLIEST.timestamp()
+EARLIEST_SECONDS = EARLIEST_TIMESTAMP.timestamp()
 INT32_MAX = 2**31 - 1
 # Encodings a body may legitimately declare (Celery writes "utf-8" and "binary").
 KNOWN_CONTENT_ENCODINGS = frozenset(
@@ -374,7 +354,7 @@ def _read_properties(parsed: ParsedDeadLetter, properties: Any, now: dt.datetime
     if timestamp is not None:
         if not _is_int(timestamp):
             parsed.parse_errors.append(f"timestamp property {str(timestamp)[:40]!r} is not a number of seconds")
-        elif not EARLIEST_SECONDS <= timestamp <= (now + LATEST_AHEAD).timestamp():
+        elif not EARLIEST_SECONDS <= timestamp <= (now + LATEST_TIMESTAMP_AHEAD).timestamp():
             parsed.parse_errors.append(f"timestamp property {timestamp} is out of range")
 
 
@@ -440,7 +420,7 @@ def _read_x_death(parsed: ParsedDeadLetter, headers: dict[str, Any], now: dt.dat
         moment = entry.get("time")
         if isinstance(moment, dt.datetime):
             aware = moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
-            if EARLIEST <= aware <= now + LATEST_AHEAD:
+            if EARLIEST_TIMESTAMP <= aware <= now + LATEST_TIMESTAMP_AHEAD:
                 first = aware if first is None or aware < first else first
                 last = aware if last is None or aware > last else last
             else:

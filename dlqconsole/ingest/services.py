@@ -12,8 +12,9 @@ Concurrency: several consume_dlq processes may ingest into the same tables at on
 through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
 counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
 then patterns by id, then their hourly arrival counts by pattern id, then arrival counts by queue, then ingest
-stats by queue), so two batches cannot deadlock on
-each other.
+stats by queue), so two batches cannot deadlock on each other. The counters are written by
+dlqconsole.deadletters.counters.count_arrivals, which takes the middle of that order (counter cells to arrival
+counts by queue).
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ import hashlib
 import json
 import secrets
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,19 +34,10 @@ from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Left
 from django.utils import timezone
 
+from dlqconsole.core.database import ROWS_PER_STATEMENT, binding_cursor
+from dlqconsole.deadletters.counters import count_arrivals
 from dlqconsole.deadletters.grouping import assign_patterns
-from dlqconsole.deadletters.models import (
-    ARRIVAL_COUNT_RETENTION,
-    ArrivalCount,
-    DeadLetter,
-    DeadLetterCount,
-    DeadLetterStatus,
-    DeathReason,
-    FailurePattern,
-    PatternArrivalCount,
-    PatternEvent,
-    PatternStatus,
-)
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason
 from dlqconsole.ingest.envelope import ParsedDeadLetter
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 
@@ -93,7 +84,6 @@ COLUMNS = (
     "previous_id",
     "identical_to_id",
 )
-ROWS_PER_STATEMENT = 200
 
 
 @dataclass(frozen=True)
@@ -210,7 +200,10 @@ def _store(
                 inserted_keys |= _write(missed, pattern_ids=pattern_ids, now=now, direct=False)
         inserted = [letter for letter in batch if letter.dedupe_key in inserted_keys]
         _link_copies_in_batch(inserted)
-        _count_arrivals(inserted, pattern_ids=pattern_ids, now=now)
+        count_arrivals(
+            [(letter.source_queue, pattern_ids[letter.fingerprint], letter.failure_reason) for letter in inserted],
+            now=now,
+        )
         _add_stats(letters, inserted, now=now)
     return inserted
 
@@ -305,7 +298,7 @@ def _copy_new(
     others = _other_columns()
     column_sql = ", ".join([str(fields[name].column) for name in COLUMNS] + [column for column, _ in others])
     extra = tuple(value for _, value in others)
-    with _binding_cursor() as cursor:
+    with binding_cursor() as cursor:
         try:
             with cursor.copy(f"COPY {table} ({column_sql}) FROM STDIN") as copy:
                 for letter in letters:
@@ -385,16 +378,6 @@ def _insert(
     return inserted
 
 
-@contextmanager
-def _binding_cursor() -> Iterator[psycopg.Cursor[Any]]:
-    """A psycopg cursor on Django's connection (and transaction) that sends parameters apart from the SQL.
-    Django's cursors write them into the statement as literals, which for a 500-key array costs about 4 µs
-    per key in Python; here the driver sends them as they are."""
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        yield cursor
-
-
 def _replayed_from(letters: list[ParsedDeadLetter]) -> dict[str, int]:
     """Link a replayed message that died again to the record it was replayed from (a boomerang)."""
     wanted = {letter.dedupe_key: letter.replayed_from for letter in letters if letter.replayed_from}
@@ -402,143 +385,6 @@ def _replayed_from(letters: list[ParsedDeadLetter]) -> dict[str, int]:
         return {}
     existing = set(DeadLetter.objects.filter(pk__in=set(wanted.values())).values_list("pk", flat=True))
     return {key: origin for key, origin in wanted.items() if origin in existing}
-
-
-def _count_arrivals(inserted: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], now: dt.datetime) -> None:
-    if not inserted:
-        return
-    cells: Counter[tuple[str, int, str]] = Counter()
-    per_pattern: Counter[int] = Counter()
-    for letter in inserted:
-        pattern_id = pattern_ids[letter.fingerprint]
-        cells[(letter.source_queue, pattern_id, letter.failure_reason)] += 1
-        per_pattern[pattern_id] += 1
-    add_counts(
-        [(queue, pattern_id, reason, DeadLetterStatus.PARKED, n) for (queue, pattern_id, reason), n in cells.items()]
-    )
-    ids = sorted(per_pattern)
-    table = FailurePattern._meta.db_table
-    if connection.vendor == "postgresql":
-        with _binding_cursor() as cursor:
-            # Lock the patterns in id order first: the UPDATE's join would lock them in whatever order its plan
-            # reads them. NO KEY UPDATE is the lock the UPDATE takes anyway, and it does not block the foreign-key
-            # checks (KEY SHARE) that a concurrent batch's new dead letters make on these patterns at commit.
-            cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [ids])
-            statuses = dict(cursor.fetchall())
-            cursor.execute(
-                f"UPDATE {table} AS pattern SET total_count = pattern.total_count + arrival.n, last_seen_at = %s "
-                "FROM unnest(%s::bigint[], %s::bigint[]) AS arrival(id, n) WHERE pattern.id = arrival.id",
-                [now, ids, [per_pattern[pattern_id] for pattern_id in ids]],
-            )
-    else:
-        statuses = dict(FailurePattern.objects.filter(pk__in=ids).values_list("pk", "status"))
-        with connection.cursor() as cursor:
-            for start in range(0, len(ids), ROWS_PER_STATEMENT):
-                chunk = ids[start : start + ROWS_PER_STATEMENT]
-                cases = " ".join(["WHEN %s THEN %s"] * len(chunk))
-                cursor.execute(
-                    f"UPDATE {table} SET total_count = total_count + CASE id {cases} ELSE 0 END, last_seen_at = %s "
-                    f"WHERE id IN ({', '.join(['%s'] * len(chunk))})",
-                    [value for pattern_id in chunk for value in (pattern_id, per_pattern[pattern_id])] + [now, *chunk],
-                )
-    _reopen(sorted(pk for pk, status in statuses.items() if status == PatternStatus.RESOLVED), now=now)
-    hour = arrival_hour(now)
-    add_pattern_arrivals([(pattern_id, hour, per_pattern[pattern_id]) for pattern_id in ids])
-    # Late in the batch: every batch of a queue writes the same row in a minute, and holds it until it commits.
-    _add_arrivals(inserted, now=now)
-
-
-def arrival_minute(moment: dt.datetime) -> dt.datetime:
-    """The start of the minute (UTC) that holds `moment`: the key of its ArrivalCount row."""
-    return dt.datetime.fromtimestamp(int(moment.timestamp()) // 60 * 60, tz=dt.UTC)
-
-
-def arrival_hour(moment: dt.datetime) -> dt.datetime:
-    """The start of the hour (UTC) that holds `moment`: the key of its PatternArrivalCount rows."""
-    return dt.datetime.fromtimestamp(int(moment.timestamp()) // 3600 * 3600, tz=dt.UTC)
-
-
-def add_pattern_arrivals(changes: Sequence[tuple[int, dt.datetime, int]]) -> None:
-    """Add (pattern id, hour, delta) to the patterns' hourly arrival counts, creating rows as needed: one upsert
-    (a few on SQLite), rows in (pattern, hour) order so that concurrent writers lock them in the same order.
-    Hours past ARRIVAL_COUNT_RETENTION are left out: their rows are pruned, and nothing reads them."""
-    cutoff = arrival_hour(timezone.now() - ARRIVAL_COUNT_RETENTION)
-    merged: Counter[tuple[int, dt.datetime]] = Counter()
-    for pattern_id, hour, delta in changes:
-        if hour >= cutoff:
-            merged[(pattern_id, hour)] += delta
-    rows = sorted((key, delta) for key, delta in merged.items() if delta != 0)
-    if not rows:
-        return
-    table = PatternArrivalCount._meta.db_table
-    upsert = f" ON CONFLICT (pattern_id, hour) DO UPDATE SET count = {table}.count + excluded.count"
-    if connection.vendor == "postgresql":
-        with _binding_cursor() as binding:
-            binding.execute(
-                f"INSERT INTO {table} (pattern_id, hour, count) SELECT * FROM "
-                "unnest(%s::bigint[], %s::timestamptz[], %s::bigint[]) ORDER BY 1, 2" + upsert,
-                [[key[0] for key, _ in rows], [key[1] for key, _ in rows], [delta for _, delta in rows]],
-            )
-        return
-    field = PatternArrivalCount._meta.get_field("hour")
-    _upsert_values(
-        table,
-        ("pattern_id", "hour", "count"),
-        [(pattern_id, field.get_db_prep_save(hour, connection), delta) for (pattern_id, hour), delta in rows],
-        upsert,
-    )
-
-
-def _upsert_values(table: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]], upsert: str) -> None:
-    """INSERT ... VALUES with `upsert`, a few hundred rows a statement, for databases without unnest (SQLite)."""
-    values = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            cursor.execute(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join([values] * len(chunk)) + upsert,
-                [value for row in chunk for value in row],
-            )
-
-
-def transfer_pattern_arrivals(*, source_id: int, target_id: int) -> None:
-    """Move every hourly arrival count of pattern `source_id` to `target_id` (a merge): the arrivals of dead
-    letters purged since go with them."""
-    counts = list(PatternArrivalCount.objects.filter(pattern_id=source_id).values_list("hour", "count"))
-    add_pattern_arrivals([(target_id, hour, count) for hour, count in counts])
-    PatternArrivalCount.objects.filter(pattern_id=source_id).delete()
-
-
-def _add_arrivals(inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
-    """Add the batch's newly stored dead letters to the arrival counts of its minute, per source queue: one
-    upsert. Rows in queue order, so concurrent batches lock the same minute's rows in the same order."""
-    per_queue: Counter[str] = Counter(letter.source_queue for letter in inserted)
-    queues = sorted(per_queue)
-    minute = arrival_minute(now)
-    table = ArrivalCount._meta.db_table
-    upsert = f" ON CONFLICT (minute, source_queue) DO UPDATE SET count = {table}.count + excluded.count"
-    if connection.vendor == "postgresql":
-        with _binding_cursor() as binding:
-            binding.execute(
-                f"INSERT INTO {table} (minute, source_queue, count) SELECT %s, arrival.queue, arrival.n "
-                "FROM unnest(%s::varchar[], %s::bigint[]) AS arrival(queue, n) ORDER BY arrival.queue" + upsert,
-                [minute, queues, [per_queue[queue] for queue in queues]],
-            )
-        return
-    stamp = ArrivalCount._meta.get_field("minute").get_db_prep_save(minute, connection)
-    _upsert_values(
-        table, ("minute", "source_queue", "count"), [(stamp, queue, per_queue[queue]) for queue in queues], upsert
-    )
-
-
-def prune_arrival_counts(*, now: dt.datetime | None = None) -> int:
-    """Delete arrival counts, per queue and minute and per pattern and hour, older than ARRIVAL_COUNT_RETENTION (no
-    chart reads them); returns how many. Ingest only ever writes the current minute and hour, and moves between
-    patterns leave out hours past the retention, so this never meets a batch's row lock."""
-    cutoff = arrival_minute((now or timezone.now()) - ARRIVAL_COUNT_RETENTION)
-    deleted, _ = ArrivalCount.objects.filter(minute__lt=cutoff).delete()
-    pattern_deleted, _ = PatternArrivalCount.objects.filter(hour__lt=arrival_hour(cutoff)).delete()
-    return deleted + pattern_deleted
 
 
 def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
@@ -569,66 +415,3 @@ def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLet
                     IngestStat._meta.get_field("last_batch_at").get_db_prep_save(finished, connection),
                 ],
             )
-
-
-def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
-    """Add (queue, pattern id, reason, status, delta) to the counters, creating cells as needed.
-
-    One statement per few hundred cells, rows sorted so that concurrent writers lock the cells in the same
-    order and cannot deadlock. Deltas for the same cell are summed first (one statement cannot update a row
-    twice)."""
-    merged: Counter[tuple[str, int, str, str]] = Counter()
-    for queue, pattern_id, reason, status, delta in changes:
-        merged[(queue, pattern_id, str(reason), str(status))] += delta
-    cells = sorted((cell, delta) for cell, delta in merged.items() if delta != 0)
-    if not cells:
-        return
-    table = DeadLetterCount._meta.db_table
-    upsert = (
-        " ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
-        f"DO UPDATE SET count = {table}.count + excluded.count"
-    )
-    if connection.vendor == "postgresql":
-        with _binding_cursor() as binding:
-            columns = list(zip(*[(*cell, delta) for cell, delta in cells], strict=True))
-            binding.execute(
-                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) "
-                "SELECT * FROM unnest(%s::varchar[], %s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[]) "
-                "ORDER BY 1, 2, 3, 4" + upsert,
-                [list(column) for column in columns],
-            )
-        return
-    _upsert_values(
-        table,
-        ("source_queue", "pattern_id", "failure_reason", "status", "count"),
-        [(*cell, delta) for cell, delta in cells],
-        upsert,
-    )
-
-
-def reopen_patterns(*, pattern_ids: list[int], now: dt.datetime) -> None:
-    """A resolved pattern that receives a new dead letter is open again, and its history says so."""
-    reopened = list(
-        FailurePattern.objects.select_for_update(no_key=True)
-        .filter(pk__in=pattern_ids, status=PatternStatus.RESOLVED)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    _reopen(reopened, now=now)
-
-
-def _reopen(pattern_ids: list[int], *, now: dt.datetime) -> None:
-    if not pattern_ids:
-        return
-    FailurePattern.objects.filter(pk__in=pattern_ids).update(status=PatternStatus.OPEN, status_changed_at=now)
-    PatternEvent.objects.bulk_create(
-        PatternEvent(
-            pattern_id=pattern_id,
-            kind=PatternEvent.Kind.REOPENED,
-            from_status=PatternStatus.RESOLVED,
-            to_status=PatternStatus.OPEN,
-            detail="A new dead letter arrived.",
-            created_at=now,
-        )
-        for pattern_id in pattern_ids
-    )

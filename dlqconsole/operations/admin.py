@@ -20,9 +20,16 @@ from django.utils.html import format_html
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.core.ratelimit import parse_rate
+from dlqconsole.deadletters.admin import DeadLetterAdmin
 from dlqconsole.deadletters.models import FailureReason
+from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS
 from dlqconsole.operations.models import MAX_RETRY_DELAY_SECONDS, Operation, OperationItem, RetryPolicy
 from dlqconsole.operations.services import OperationError, cancel_operation, pause_operation, resume_operation
+
+# The bulk actions of the dead letters' admin (retry, move, archive, restore, purge the selected ones) are
+# operations; deadletters cannot import this app, so they are added to its admin here, when the admins load.
+DeadLetterAdmin.actions = [*DeadLetterAdmin.actions, *DEAD_LETTER_ACTIONS]
 
 
 class ReadOnlyAdmin(AuditedModelAdmin[Any]):
@@ -207,8 +214,6 @@ class RetryPolicyForm(forms.ModelForm[RetryPolicy]):
         return int(value)
 
     def clean_rate(self) -> str:
-        from dlqconsole.core.ratelimit import parse_rate
-
         text = self.cleaned_data["rate"].strip()
         if text:
             try:

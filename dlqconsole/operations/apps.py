@@ -7,3 +7,11 @@ class OperationsConfig(AppConfig):
     name = "dlqconsole.operations"
     label = "operations"
     verbose_name = "Operations"
+
+    def ready(self) -> None:
+        # Imported here: Django imports this module while it loads the apps, before models may be imported.
+        from dlqconsole.deadletters import replays
+        from dlqconsole.operations.message_page import MessageReplays
+
+        # A dead letter's pages show and start replays, which are this app's: lend them (deadletters/replays.py).
+        replays.register(MessageReplays())

@@ -11,13 +11,7 @@ from django.conf import settings
 from pika.exceptions import ChannelClosedByBroker
 
 from dlqconsole.core import jsonsafe, replay_guard
-from dlqconsole.core.amqp import connect
-from dlqconsole.ingest.envelope import PROPERTY_NAMES
-
-# Headers the broker adds when it dead-letters a message. Republishing them makes some broker versions drop the
-# message silently when it dies again, and they describe deaths that are over.
-DEATH_HEADERS = frozenset({"x-death", "x-delivery-count", "x-acquired-count"})
-DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
+from dlqconsole.core.amqp import PROPERTY_NAMES, connect, is_death_header
 
 
 @dataclass(frozen=True)
@@ -59,11 +53,6 @@ def move_destination(*, target_queue: str, target_exchange: str, target_routing_
     if target_queue:
         return Destination(exchange="", routing_key=target_queue, queue=target_queue)
     return Destination(exchange=target_exchange, routing_key=target_routing_key)
-
-
-def is_death_header(name: str) -> bool:
-    lowered = name.lower()
-    return lowered in DEATH_HEADERS or lowered.startswith(DEATH_HEADER_PREFIXES)
 
 
 def replay_properties(

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.models import (
     PERMANENT_REASONS,
     DeadLetter,
@@ -308,8 +309,6 @@ class Operation(models.Model):
             wait_began = self.canary_until - dt.timedelta(seconds=self.canary_wait_seconds)
             spent_waiting = max(dt.timedelta(0), min(now, self.canary_until) - wait_began)
         if self.rate:
-            from dlqconsole.core.ratelimit import parse_rate
-
             try:
                 return wait + dt.timedelta(seconds=self.remaining / parse_rate(self.rate).per_second)
             except (ValueError, ZeroDivisionError):

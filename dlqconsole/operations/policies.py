@@ -21,8 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.deadletters.counters import CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.models import (
     ItemStatus,
     Operation,
@@ -32,6 +32,7 @@ from dlqconsole.operations.models import (
     RetryPolicy,
     SchedulerCursor,
 )
+from dlqconsole.operations.services import enqueue_run
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +132,6 @@ def _schedule(ids: list[int], *, now: dt.datetime) -> int:
 
 def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> list[Operation]:
     """Start a retry operation (one per policy) for the scheduled dead letters whose time has come."""
-    from dlqconsole.operations.services import enqueue_run
-
     now = now or timezone.now()
     with transaction.atomic():
         due = list(

@@ -60,11 +60,9 @@ from dlqconsole.core.publish import (
     PublishError,
 )
 from dlqconsole.core.ratelimit import Rate, RateLimiter, get_rate_limiter, parse_rate
+from dlqconsole.deadletters.counters import CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
-    DEATH_HEADER_PREFIXES,
-    DEATH_HEADERS,
     Destination,
     check_destinations,
     move_destination,
@@ -126,8 +124,8 @@ CUT_BODY = "its body was cut at ingest (over DLQ_MAX_BODY_BYTES): a replay would
 # Else a second replay that could not be routed would make a delivered message wait for redelivery.
 FAILABLE_STATUSES = frozenset({DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED})
 # The death headers as RabbitMQ 3.10 to 4.x writes them, left out of the headers read for a replay.
-DEATH_HEADER_NAMES = frozenset(DEATH_HEADERS) | {
-    f"{prefix}{part}" for prefix in DEATH_HEADER_PREFIXES for part in ("queue", "reason", "exchange")
+DEATH_HEADER_NAMES = frozenset(amqp.DEATH_HEADERS) | {
+    f"{prefix}{part}" for prefix in amqp.DEATH_HEADER_PREFIXES for part in ("queue", "reason", "exchange")
 }
 REPLAY_HEADERS_SQL = f'{DeadLetter._meta.db_table}."headers" - %s::text[]'
 

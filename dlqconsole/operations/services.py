@@ -24,11 +24,10 @@ from dlqconsole.accounts.services import record_audit
 from dlqconsole.core import jsonsafe, replay_guard
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.counters import CountedRow, add_counts, count_status_change
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.ingest.services import add_counts
 from dlqconsole.operations import routing
-from dlqconsole.operations.counts import CountedRow, count_status_change
 from dlqconsole.operations.destinations import (
     Destination,
     check_destinations,
@@ -47,7 +46,13 @@ from dlqconsole.operations.models import (
     OperationStatus,
     eligible_statuses,
 )
-from dlqconsole.operations.runner import CUT_BODY, delete_dead_letters, finalize_cancelled, run_operation
+from dlqconsole.operations.runner import (
+    CUT_BODY,
+    busy_elsewhere,
+    delete_dead_letters,
+    finalize_cancelled,
+    run_operation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +104,7 @@ def _target(operation: Operation) -> str:
 
 def enqueue_run(operation: Operation) -> None:
     """Hand the operation to a worker once the current transaction commits."""
+    # Imported here: the tasks import this module (a service enqueueing its own task).
     from dlqconsole.operations.tasks import run_operation_task
 
     # Celery's DjangoTask has delay_on_commit; celery-types does not know it yet.
@@ -724,8 +730,6 @@ def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, no
     """The original of an edited copy is dealt with: archive it (restorable), so that it no longer counts as
     waiting and a later retry of its pattern does not replay the broken message next to its fixed copy. One that
     another operation is replaying right now, or that is not waiting, is left as it is."""
-    from dlqconsole.operations.runner import busy_elsewhere
-
     row = (
         DeadLetter.objects.select_for_update(no_key=True)
         .filter(pk=original_id, status__in=selectors.WAITING)

@@ -26,10 +26,10 @@ from django_htmx.http import HttpResponseStopPolling
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
-from dlqconsole.deadletters.views import HtmxHttpRequest
 from dlqconsole.operations import purged, services
 from dlqconsole.operations.models import (
     ItemStatus,
@@ -56,10 +56,6 @@ PLANNABLE_KINDS = (
 )
 RATE_CHOICES = [("", "no limit"), ("10/1s", "10 per second"), ("50/1s", "50 per second"), ("200/1s", "200 per second")]
 CANARY_CHOICES = [0, 1, 5, 10, 50, 100]
-
-
-def _partial(request: HtmxHttpRequest, template: str, name: str) -> str:
-    return f"{template}#{name}" if request.htmx else template
 
 
 def require_kind_role(user: Any, kind: str) -> None:
@@ -237,12 +233,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
     kind = request.GET.get("kind", "")
     if kind in OperationKind.values:
         operations = operations.filter(kind=kind)
-    before = request.GET.get("before", "")
-    if before.isascii() and before.isdigit():
-        operations = operations.filter(pk__lt=int(before))
-    rows = list(operations[: HISTORY_PAGE_SIZE + 1])
-    more = len(rows) > HISTORY_PAGE_SIZE
-    rows = rows[:HISTORY_PAGE_SIZE]
+    rows, _, more = keyset_page(operations, size=HISTORY_PAGE_SIZE, before=parse_id(request.GET.get("before")))
     kept = request.GET.copy()
     kept.pop("before", None)
     context = {
@@ -254,7 +245,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
         "kinds": OperationKind.choices,
         "unfinished": any(not operation.is_finished for operation in rows),
     }
-    return render(request, _partial(request, "operations/list.html", "table"), context)
+    return render(request, partial_template(request, "operations/list.html", "table"), context)
 
 
 @require_GET

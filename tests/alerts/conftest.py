@@ -18,9 +18,10 @@ from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from dlqconsole.alerts.models import AlertRule, Channel
+from dlqconsole.deadletters.counters import add_counts
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.envelope import ParsedDeadLetter
-from dlqconsole.ingest.services import add_counts, ingest_batch
+from dlqconsole.ingest.services import ingest_batch
 
 _serial = itertools.count()
 

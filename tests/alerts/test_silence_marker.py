@@ -35,7 +35,7 @@ def pages(client: Client, alert: Alert) -> dict[str, str]:
         "list": client.get(reverse("alerts:list")).content.decode(),
         "list fragment": client.get(reverse("alerts:list"), headers=HTMX).content.decode(),
         "detail": client.get(reverse("alerts:detail", args=[alert.pk])).content.decode(),
-        "dashboard": client.get(reverse("deadletters:dashboard")).content.decode(),
+        "dashboard": client.get(reverse("dashboard")).content.decode(),
     }
 
 

@@ -110,6 +110,18 @@ def test_acknowledge_without_javascript_redirects_back(client: Client, operator:
     assert "no more reminders" in response.content.decode()
 
 
+@pytest.mark.parametrize("elsewhere", ["//evil.example/", "http://testserver/alerts/", "//testserver/alerts/"])
+def test_acknowledge_returns_only_to_a_path_on_this_site(
+    client: Client, operator: User, firing_alert: Alert, elsewhere: str
+) -> None:
+    login(client, operator)
+
+    response = client.post(reverse("alerts:acknowledge", args=[firing_alert.pk]), {"next": elsewhere})
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("alerts:detail", args=[firing_alert.pk])
+
+
 def test_viewer_cannot_acknowledge_or_silence(client: Client, viewer: User, firing_alert: Alert) -> None:
     login(client, viewer)
 

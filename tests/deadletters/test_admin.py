@@ -171,6 +171,16 @@ def test_pattern_and_ingested_date_filters(admin_client: Client, letters: dict[s
     assert listed(recent) == {"m-timeout", "m-invalid", "m-task"}
 
 
+def test_the_queue_filter_offers_every_dead_letter_queue_and_the_watched_ones_that_hold_none_yet(
+    admin_client: Client, letters: dict[str, DeadLetter]
+) -> None:
+    WatchedQueue.objects.create(name="refunds", dead_letter_queue="refunds.dlq", dead_letter_exchange="refunds.dlx")
+
+    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+
+    assert "?queue=refunds.dlq" in page and "?queue=payments.dlq" in page
+
+
 def test_script_payload_is_shown_escaped_never_as_markup(admin_client: Client) -> None:
     dead_letter = store("m-xss", body=b"<script>alert('owned')</script><b>bold</b>", content_type="text/html")
 

@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.counters import arrival_hour, prune_arrival_counts
 from dlqconsole.deadletters.models import (
     ARRIVAL_COUNT_RETENTION,
     DeadLetter,
@@ -20,7 +21,6 @@ from dlqconsole.deadletters.models import (
     PatternArrivalCount,
 )
 from dlqconsole.deadletters.services import merge_patterns, split_pattern
-from dlqconsole.ingest.services import arrival_hour, prune_arrival_counts
 from dlqconsole.operations.models import OperationKind
 from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter

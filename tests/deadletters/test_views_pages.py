@@ -14,11 +14,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.utils.html import escape
 
+from dlqconsole import dashboard
 from dlqconsole.deadletters import selectors, views
+from dlqconsole.deadletters.counters import add_counts
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from dlqconsole.ingest.services import add_counts
 from tests.alerts.conftest import settle
 from tests.deadletters.page_world import ingest, letter, many
 
@@ -151,7 +152,7 @@ def test_dashboard_shows_backpressure_levels_from_the_latest_sample(viewer_clien
     QueueSample.objects.create(queue="orders", messages=250, consumers=0)
     QueueSample.objects.create(queue="emails", messages=7, consumers=2)
 
-    levels = {item.queue: (item.depth, item.level) for item in selectors.backpressure()}
+    levels = {item.queue: (item.depth, item.level) for item in dashboard.backpressure()}
     html = viewer_client.get("/").content.decode()
 
     assert levels == {"orders": (250, "critical"), "emails": (7, "warning")}
@@ -488,7 +489,7 @@ def test_a_search_that_runs_too_long_is_stopped_and_explained(
         raise AssertionError("the time limit did not stop the query")
 
     monkeypatch.setattr(views, "PAGE_QUERY_TIMEOUT_MS", 50)
-    monkeypatch.setattr(views, "_keyset_page", slow_page)
+    monkeypatch.setattr(views, "keyset_page", slow_page)
 
     response = viewer_client.get("/messages/?text=anything", headers=HX)
 
@@ -522,7 +523,7 @@ def test_dashboard_shows_the_alerts_that_matter_most_and_counts_the_rest(viewer_
         summary="the critical one",
     )
 
-    alerts, total = selectors.firing_alerts()
+    alerts, total = dashboard.firing_alerts()
     html = viewer_client.get("/").content.decode()
 
     assert total == 12 and len(alerts) == 8

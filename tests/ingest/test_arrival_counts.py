@@ -11,9 +11,10 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
+from dlqconsole.deadletters.counters import arrival_minute, prune_arrival_counts
 from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, ArrivalCount
 from dlqconsole.deadletters.tasks import delete_expired_exports_task
-from dlqconsole.ingest.services import arrival_minute, ingest_batch, prune_arrival_counts
+from dlqconsole.ingest.services import ingest_batch
 from tests.deadletters.page_world import letter
 from tests.ingest.conftest import DeadLetterQueue, publish_dead_letters
 

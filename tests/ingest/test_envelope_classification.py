@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dlqconsole.deadletters.classify import ADDRESS, RULES, STATUS_REASONS, classify, status_codes
 from dlqconsole.deadletters.models import FailureReason
-from dlqconsole.ingest.classify import ADDRESS, RULES, STATUS_REASONS, classify, status_codes
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "error_corpus.jsonl"
 # One phrase per alternative of every message rule, in odd cases, so each keyword list is exercised.

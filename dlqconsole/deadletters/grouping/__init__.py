@@ -14,24 +14,38 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from dlqconsole.deadletters.fingerprint import fingerprint
 from dlqconsole.deadletters.grouping.rules import CompiledRule, first_match, forget_rules, load_rules
 from dlqconsole.deadletters.grouping.store import Candidate, file_fingerprints, read_filing, resolve
 from dlqconsole.deadletters.models import Fingerprint, FingerprintRule
 
-if TYPE_CHECKING:
-    from dlqconsole.ingest.envelope import ParsedDeadLetter
+
+class Letter(Protocol):
+    """What grouping reads of a dead letter on its way in, and its fingerprint, which grouping sets: ingest's
+    ParsedDeadLetter, or a line that `dlq fingerprint --save` files."""
+
+    source_queue: str
+    original_queue: str
+    death_reason: str
+    failure_reason: str
+    transient: bool
+    task_name: str
+    error_type: str
+    error_message: str
+    stack_trace: str
+    headers: dict[str, Any]
+    fingerprint: str
 
 
-def fallback_name(letter: ParsedDeadLetter) -> str:
+def fallback_name(letter: Letter) -> str:
     if letter.task_name:
         return f"Celery task {letter.task_name} failed ({letter.death_reason})"
     return f"{letter.death_reason} from {letter.original_queue or letter.source_queue}"
 
 
-def assign_patterns(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime) -> dict[str, int]:
+def assign_patterns(*, letters: Sequence[Letter], now: dt.datetime) -> dict[str, int]:
     """Set each letter's fingerprint and return {fingerprint: pattern id} for all of them.
 
     Runs inside the caller's batch transaction; safe with any number of concurrent callers.
@@ -46,7 +60,7 @@ def assign_patterns(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime) ->
     return filing
 
 
-def _assign(letters: Sequence[ParsedDeadLetter], rules: list[CompiledRule], *, now: dt.datetime) -> dict[str, int]:
+def _assign(letters: Sequence[Letter], rules: list[CompiledRule], *, now: dt.datetime) -> dict[str, int]:
     everywhere = [rule for rule in rules if rule.scope_id is None]
     candidates: dict[str, Candidate] = {}
     rule_keys: set[str] = set()
@@ -77,7 +91,7 @@ def _assign(letters: Sequence[ParsedDeadLetter], rules: list[CompiledRule], *, n
 
 
 def _apply_splits(
-    letters: Sequence[ParsedDeadLetter], splits: list[CompiledRule], filing: dict[str, int], *, now: dt.datetime
+    letters: Sequence[Letter], splits: list[CompiledRule], filing: dict[str, int], *, now: dt.datetime
 ) -> dict[str, int]:
     """Split rules apply to dead letters that would land in their scope pattern (or where it was merged)."""
     scopes = resolve({rule.scope_id for rule in splits if rule.scope_id is not None})
@@ -114,6 +128,7 @@ def _ensure_rules(rules: list[CompiledRule], keys: set[str], *, now: dt.datetime
     missing = keys - set(Fingerprint.objects.filter(key__in=sorted(keys)).values_list("key", flat=True))
     if not missing:
         return
+    # Imported here: the pattern services import grouping (its rules), so grouping imports them where it uses them.
     from dlqconsole.deadletters.services import ensure_rule_pattern
 
     for rule in FingerprintRule.objects.filter(pk__in=[rule.id for rule in rules if rule.key in missing]):

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dlqconsole.deadletters.classify import classify
 from dlqconsole.deadletters.fingerprint import Fingerprint, fingerprint, pattern_key, split_error_type
 from dlqconsole.deadletters.grouping.mining import anchor, generalize_all
-from dlqconsole.ingest.classify import classify
 
 ClusterKey = tuple[str, str, str]
 

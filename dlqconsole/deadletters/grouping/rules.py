@@ -124,6 +124,7 @@ def _note_slow(rule: CompiledRule, text: str) -> None:
     )
 
     def disable() -> None:
+        # Imported here: the pattern services import this module, so it imports them where it uses them.
         from dlqconsole.deadletters.services import disable_slow_rule
 
         try:
