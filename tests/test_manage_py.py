@@ -65,7 +65,7 @@ def test_without_dlq_var_dir_the_file_is_read_from_var_in_the_checkout(tmp_path:
 
 
 def test_the_test_command_points_dlq_var_dir_away_from_the_make_run_file(tmp_path: Path) -> None:
-    # scripts/test in a scratch checkout whose ruff and mypy pass and whose pytest prints the variable it was given.
+    # scripts/test in a scratch checkout whose checks pass and whose pytest prints the variable it was given.
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
     bin_dir = tmp_path / ".venv" / "bin"
@@ -74,6 +74,8 @@ def test_the_test_command_points_dlq_var_dir_away_from_the_make_run_file(tmp_pat
         "python": f'exec "{sys.executable}" "$@"',
         "ruff": "exit 0",
         "mypy": "exit 0",
+        "lint-imports": "exit 0",
+        "djlint": "exit 0",
         "pytest": 'echo "DLQ_VAR_DIR=$DLQ_VAR_DIR"',
     }
     for name, body in tools.items():
