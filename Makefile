@@ -33,6 +33,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/djlint templates --lint
 
 test: setup services
 	scripts/system-packages
