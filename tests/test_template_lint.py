@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def lint(tmp_path: Path, text: str) -> str:
     page = tmp_path / "page.html"
     page.write_text(text)
+    djlint = str(Path(sys.executable).parent / "djlint")
     found = subprocess.run(
-        [Path(sys.executable).parent / "djlint", page, "--lint", "--profile", "django"]
-        + ["--rules", ROOT / ".djlint_rules.yaml"],
+        [djlint, str(page), "--lint", "--profile", "django", "--rules", str(ROOT / ".djlint_rules.yaml")],
         capture_output=True,
         text=True,
         check=False,
