@@ -36,6 +36,7 @@ lint: setup
 	$(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports --no-cache
 	scripts/check-module-size
+	$(VENV)/bin/djlint templates --lint
 
 # The tests need PostgreSQL: scripts/services installs and starts it when TEST_DATABASE_URL names a local one.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dlqconsole

@@ -4,6 +4,7 @@ their console pages, and hostile text is shown as text."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -43,7 +44,7 @@ def test_viewer_reads_who_did_what_with_which_filter_and_links_to_targets(viewer
     assert "queue=orders.dlq; reason=TIMEOUT" in html and "2000" in html
     assert "merged #3 into #7" in html and operator.username in html and "system" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
-    assert "channel:4</div>" in html  # no console page: shown, not linked
+    assert re.search(r"channel:4\s*</div>", html)  # no console page: shown, not linked
 
 
 def test_filters_by_person_action_target_and_time(viewer: User, operator: User, admin_user: User) -> None:

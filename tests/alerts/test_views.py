@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -212,7 +213,8 @@ def test_queue_page_says_a_queue_has_no_consumer(client: Client, viewer: User) -
     body = login(client, viewer).get(reverse("alerts:queues"), headers=HTMX).content.decode()
 
     row = body[body.index(">orders<") :].split("</tr>", 1)[0]
-    assert '0 <span class="chip st-failed">none</span>' in row  # as on the dashboard (was a dash)
+    # As on the dashboard (was a dash); the template may break the line before the chip.
+    assert re.search(r'0\s+<span class="chip st-failed">none</span>', row)
 
 
 @pytest.mark.parametrize(
@@ -407,7 +409,7 @@ def test_rules_page_lists_the_default_rules_with_their_thresholds(client: Client
     for name in ("Dead letters waiting", "Dead-letter queue growing fast", "Work queue depth: emergency"):
         assert name in html
     assert "queue's emergency" in html
-    assert ">1 d<" in html
+    assert re.search(r">\s*1 d\s*<", html)
 
 
 def test_alert_history_page_mark_in_other_digits_is_ignored_not_a_server_error(

@@ -23,6 +23,12 @@ pytestmark = [pytest.mark.django_db]
 HX = {"HX-Request": "true"}
 
 
+def shown(html: str) -> str:
+    """The page with each run of spaces and line breaks as one space, as a browser reads it: the templates break
+    their long lines wherever HTML allows."""
+    return re.sub(r"[ \n]+", " ", html)
+
+
 def test_viewer_cannot_open_a_plan(viewer: User) -> None:
     letters = many(2)
 
@@ -369,14 +375,14 @@ def test_the_start_button_warns_when_messages_cannot_be_replayed(operator: User)
     fragment = client.get(f"/operations/{operation.pk}/", headers=HX).content.decode()
     partly_html = client.get(f"/operations/{partly.pk}/").content.decode()
 
-    for body in (html, fragment):
+    for body in (shown(html), shown(fragment)):
         assert (
             "None of these 2 messages can be replayed: see why below. Start is disabled: plan again with a "
             "destination that exists, or discard this plan."
         ) in body
-        assert re.search(r'<button type="submit" class="primary" disabled[^>]*>Start: retry 2 messages', body)
+        assert re.search(r'<button type="submit" class="primary" disabled[^>]*> ?Start: retry 2 messages', body)
     assert "1 of these 2 messages cannot be replayed: see why below. They will be marked failed." in partly_html
-    assert '<button type="submit" class="primary">Start: retry 2 messages' in partly_html
+    assert re.search(r'<button type="submit" class="primary" ?> ?Start: retry 2 messages', shown(partly_html))
 
 
 def test_a_plan_none_of_whose_messages_can_be_replayed_is_refused_by_the_server(
@@ -559,10 +565,10 @@ def test_plan_page_offers_small_canaries_and_says_their_share_of_the_plan(operat
     assert sizes == ["0", "1", "5", "10", "50", "100"]
     assert '<option value="1">first 1, then wait (6% of about 16)</option>' in html
     assert '<option value="10">first 10, then wait (62% of about 16)</option>' in html
-    assert '<option value="50" disabled>first 50: not smaller than the plan (about 16)</option>' in html
+    assert '<option value="50" disabled>first 50: not smaller than the plan (about 16)</option>' in shown(html)
     assert "its share of the plan (about 16 messages) is shown beside each size" in html
     assert '<option value="5">first 5, then wait (62% of about 8)</option>' in limited
-    assert '<option value="10" disabled>first 10: not smaller than the plan (about 8)</option>' in limited
+    assert '<option value="10" disabled>first 10: not smaller than the plan (about 8)</option>' in shown(limited)
 
 
 def test_a_canary_not_smaller_than_the_plan_is_refused_and_plans_nothing(operator: User) -> None:
@@ -652,7 +658,7 @@ def test_a_bad_rate_says_why_until_the_next_action_clears_it(operator: User) -> 
     assert "hx-preserve" not in feedback and "garbage" in feedback and 'data-testid="control-error"' in feedback
     assert 'hx-preserve data-testid="rate-input"' in refused.content.decode()
     assert page.status_code == 409 and re.search(
-        r'<input id="rate-\d+" name="rate" value="garbage"', page.content.decode()
+        r'<input id="rate-\d+" name="rate" value="garbage"', shown(page.content.decode())
     )
     assert 'data-testid="control-error"' in _feedback(page.content.decode())
     # The next action that works replaces the region with an empty one.
@@ -698,7 +704,7 @@ def test_a_cancelled_operation_counts_done_skipped_and_not_attempted_apart(opera
         assert (
             '<dd data-testid="figures"><strong>2</strong> archived, 0 failed, 1 skipped, '
             "4 not attempted (cancelled) — of 7</dd>"
-        ) in html
+        ) in shown(html)
         # The bar: 2 of 7 done, then the one skipped; the four never attempted stay empty.
         assert re.findall(r'<span class="(\w+)" style="left: ([\d.]+)%; width: ([\d.]+)%"', html) == [
             ("done", "0.0", "28.57"),
@@ -726,7 +732,7 @@ def test_an_archive_that_archived_nothing_does_not_say_done_one_of_one(operator:
     for html in (page, fragment.content.decode()):
         assert 'data-testid="status">Done: nothing archived, 1 skipped</span>' in html
         assert "0% archived" in html and 'aria-valuenow="0"' in html
-        assert "<strong>0</strong> archived, 0 failed, 1 skipped — of 1" in html
+        assert "<strong>0</strong> archived, 0 failed, 1 skipped — of 1" in shown(html)
     assert "0 / 1" in listing and "1 / 1" not in listing
     assert "Done: nothing archived, 1 skipped" in listing
 
@@ -778,7 +784,7 @@ def test_an_old_plan_says_its_age_offers_a_fresh_plan_and_starts_only_when_confi
     unconfirmed = client.post(f"/operations/{operation.pk}/start/", headers=HX)
 
     for html in (page, fragment):
-        assert "Planned 16\xa0minutes ago: dead letters that arrived since are not in it;" in html
+        assert "Planned 16\xa0minutes ago: dead letters that arrived since are not in it;" in shown(html)
         assert 'name="stale_confirmed" value="yes" required' in html
     replan = re.search(r'<a href="([^"]+)">plan again</a>', page)
     assert replan is not None
@@ -835,7 +841,9 @@ def test_a_plan_that_holds_no_dead_letter_cannot_be_started(
         started = client.post(f"/operations/{operation.pk}/start/", headers=HX)
 
     assert "Nothing to do: none of the dead letters chosen is in a state a retry acts on." in html
-    assert re.search(r'<button type="submit" class="primary" disabled title="The plan holds no dead letter">', html)
+    assert re.search(
+        r'<button type="submit" class="primary" disabled title="The plan holds no dead letter">', shown(html)
+    )
     assert started.status_code == 409
     assert "Nothing was started: the plan holds no dead letter" in _feedback(started.content.decode())
     assert enqueued == []

@@ -1,0 +1,51 @@
+"""The dashboard on the screens it is read on: a laptop's 1,400 px, where the top patterns' names must use the room
+they have, and a phone's 375 px, which no card may widen."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, expect
+
+from dlqconsole.deadletters.models import FailurePattern
+from tests.browser.conftest import log_in, screenshot
+from tests.deadletters.page_world import ingest, letter
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# 60 characters with nothing the grouping masks (no number, id or address): the pattern's template is the text.
+LONG_NAME = "NullPointerException at com.example.billing.InvoiceService.t"
+
+# How many characters of a clipped link show: those whose box ends before the link's own right edge, less the
+# room the ellipsis takes when the text is cut.
+VISIBLE_CHARACTERS = """link => {
+    const box = link.getBoundingClientRect();
+    const cut = link.scrollWidth > link.clientWidth;
+    const right = box.right - (cut ? 12 : 0);
+    const text = link.firstChild;
+    const range = document.createRange();
+    let shown = 0;
+    for (let index = 0; index < text.length; index++) {
+        range.setStart(text, index);
+        range.setEnd(text, index + 1);
+        if (range.getBoundingClientRect().right <= right + 0.5) shown++;
+    }
+    return shown;
+}"""
+
+
+def test_a_long_pattern_name_shows_almost_whole_on_a_1400_px_screen(page: Page, viewer: User) -> None:
+    ingest(*(letter(queue="billing", error=LONG_NAME, error_type="NullPointerException") for _ in range(3)))
+    ingest(letter(queue="orders", error="gateway returned 502", error_type="GatewayError"))
+    pattern = FailurePattern.objects.get(error_type="NullPointerException")
+    assert len(pattern.template) == 60
+
+    log_in(page, viewer)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto("/")
+    name = page.locator(f'#panels a.clip[href="/patterns/{pattern.pk}/"]')
+    expect(name).to_have_text(LONG_NAME)
+
+    assert name.evaluate(VISIBLE_CHARACTERS) >= 50
+    # On a phone the card takes the screen's width, and the page is no wider than the screen.
+    screenshot(page, "dashboard-long-pattern")
