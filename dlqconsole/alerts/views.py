@@ -23,7 +23,8 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
-from dlqconsole.alerts import services
+from dlqconsole.alerts import changes, delivery, digests
+from dlqconsole.alerts.errors import AlertError, ChannelError
 from dlqconsole.alerts.forms import KIND_DEFAULTS, BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
     SIGNING_SECRET_OVERLAP,
@@ -180,8 +181,8 @@ def alert_acknowledge(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, OPERATOR)
     alert = get_object_or_404(Alert.objects.select_related("rule"), pk=pk)
     try:
-        alert = services.acknowledge_alert(alert=alert, actor=request.user)
-    except services.AlertError as error:
+        alert = changes.acknowledge_alert(alert=alert, actor=request.user)
+    except AlertError as error:
         messages.error(request, str(error))
     else:
         messages.success(request, "Acknowledged: no more reminders for this alert.")
@@ -199,8 +200,8 @@ def alert_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return _alert_response(request, alert)
     until = form.until()
     try:
-        services.silence_alert(alert=alert, actor=request.user, until=until)
-    except services.AlertError as error:
+        changes.silence_alert(alert=alert, actor=request.user, until=until)
+    except AlertError as error:
         messages.error(request, str(error))
     else:
         messages.success(request, f"Silenced until {stamp(until)}." if until else "Silence lifted.")
@@ -217,11 +218,11 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
         for errors in form.errors.values():
             messages.error(request, " ".join(str(error) for error in errors))
     elif form.cleaned_data["action"] == "acknowledge":
-        result = services.acknowledge_alerts(alerts=form.alerts(), actor=request.user)
+        result = changes.acknowledge_alerts(alerts=form.alerts(), actor=request.user)
         _bulk_message(request, result, done="Acknowledged", skipped="no longer firing")
     else:
         until = form.until()
-        result = services.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
+        result = changes.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
         done = f"Silenced until {stamp(until)}:" if until else "Silence lifted for"
         _bulk_message(request, result, done=done, skipped="already resolved")
     if request.htmx:
@@ -229,7 +230,7 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
     return redirect(_filtered_url("alerts:list", _list_filter(request.GET)))
 
 
-def _bulk_message(request: HttpRequest, result: services.BulkResult, *, done: str, skipped: str) -> None:
+def _bulk_message(request: HttpRequest, result: changes.BulkResult, *, done: str, skipped: str) -> None:
     count = len(result.done)
     if count:
         messages.success(request, f"{done} {count} alert{pluralize(count)}.")
@@ -299,7 +300,7 @@ def rule_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     rule = get_object_or_404(AlertRule, pk=pk) if pk is not None else AlertRule()
     form = RuleForm(request.POST or None, instance=rule, kind=request.GET.get("kind", ""))
     if request.method == "POST" and form.is_valid():
-        saved = services.save_rule(
+        saved = changes.save_rule(
             rule=form.save(commit=False), channels=form.cleaned_data["channels"], actor=request.user
         )
         messages.success(request, f"Rule “{isolate(saved.name)}” saved.")
@@ -317,7 +318,7 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = SilenceForm(request.POST)
     if form.is_valid():
         until = form.until()
-        services.silence_rule(rule=rule, actor=request.user, until=until)
+        changes.silence_rule(rule=rule, actor=request.user, until=until)
         said = (
             f"“{isolate(rule.name)}” silenced until {stamp(until)}."
             if until
@@ -331,7 +332,7 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def rule_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     rule = get_object_or_404(AlertRule, pk=pk)
-    services.delete_rule(rule=rule, actor=request.user)
+    changes.delete_rule(rule=rule, actor=request.user)
     messages.success(request, f"Rule “{isolate(rule.name)}” deleted.")
     return redirect("alerts:rules")
 
@@ -412,14 +413,14 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
     was_signed = channel.pk is not None and channel.is_signed
     form = ChannelForm(request.POST or None, instance=channel)
     if request.method == "POST" and form.is_valid():
-        saved = services.save_channel(
+        saved = changes.save_channel(
             channel=form.save(commit=False),
             actor=request.user,
             attach_to_all_rules=bool(form.cleaned_data.get("attach_to_all_rules")),
         )
         messages.success(request, f"Channel “{isolate(saved.name)}” saved. Send a test to check it.")
         if saved.is_signed and not was_signed:
-            # A new webhook channel, or one that starts signing (services.save_channel gave it a fresh secret).
+            # A new webhook channel, or one that starts signing (changes.save_channel gave it a fresh secret).
             reveal_signing_secret(request, saved)
         return redirect("alerts:channel", pk=saved.pk)
     return render(
@@ -431,7 +432,7 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
 def channel_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    notification = services.send_test_notification(channel=channel, actor=request.user)
+    notification = delivery.send_test_notification(channel=channel, actor=request.user)
     if request.htmx:
         return render(request, "alerts/notification.html#notification", {"notification": notification})
     messages.success(request, "Test notification queued; its outcome shows below.")
@@ -444,8 +445,8 @@ def channel_rotate_secret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     try:
-        services.rotate_signing_secret(channel=channel, actor=request.user)
-    except services.ChannelError as problem:
+        changes.rotate_signing_secret(channel=channel, actor=request.user)
+    except ChannelError as problem:
         messages.error(request, str(problem))
     else:
         reveal_signing_secret(request, channel)
@@ -459,12 +460,12 @@ def channel_rotate_secret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def channel_send_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Send the alerts open now to this channel, once (see services.send_open_alerts)."""
+    """Send the alerts open now to this channel, once (see digests.send_open_alerts)."""
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     try:
-        notification = services.send_open_alerts(channel=channel, actor=request.user)
-    except services.ChannelError as problem:
+        notification = digests.send_open_alerts(channel=channel, actor=request.user)
+    except ChannelError as problem:
         messages.error(request, str(problem))
         return redirect("alerts:channel", pk=channel.pk)
     count = notification.context.get("count", 0)
@@ -476,7 +477,7 @@ def channel_send_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    services.enable_channel(channel=channel, actor=request.user)
+    changes.enable_channel(channel=channel, actor=request.user)
     messages.success(request, f"Channel “{isolate(channel.name)}” is enabled again.")
     return redirect("alerts:channel", pk=channel.pk)
 
@@ -485,7 +486,7 @@ def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def channel_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    services.delete_channel(channel=channel, actor=request.user)
+    changes.delete_channel(channel=channel, actor=request.user)
     messages.success(request, f"Channel “{isolate(channel.name)}” deleted.")
     return redirect("alerts:channels")
 
