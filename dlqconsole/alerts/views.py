@@ -4,7 +4,6 @@ channels (admins). Each page's URL also serves its htmx fragment."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections import Counter
 from typing import Any
 
@@ -24,6 +23,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
 from dlqconsole.alerts import changes, delivery, digests
+from dlqconsole.alerts.channel_secrets import reveal_signing_secret, revealed_secret
 from dlqconsole.alerts.errors import AlertError, ChannelError
 from dlqconsole.alerts.forms import KIND_DEFAULTS, BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
@@ -44,8 +44,6 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
-# The session entry naming the channel whose page shows its signing secret on its next full load, once.
-REVEAL_SECRET_KEY = "alerts.reveal-signing-secret"
 FINAL_NOTIFICATION_STATUSES = (
     NotificationStatus.SENT,
     NotificationStatus.FAILED,
@@ -368,7 +366,7 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     now = timezone.now()
-    secret = "" if request.htmx else _revealed_secret(request, channel)
+    secret = "" if request.htmx else revealed_secret(request, channel)
     context = {
         "channel": channel,
         "notifications": channel.notifications.select_related("alert", "channel").order_by("-id")[:50],
@@ -383,26 +381,6 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         # Neither the browser's history nor a proxy keeps the one page that shows the secret.
         add_never_cache_headers(response)
     return response
-
-
-def reveal_signing_secret(request: HttpRequest, channel: Channel) -> None:
-    """Have the next full load of the channel's page show its signing secret, once (after the channel is made or
-    its secret rotated, here or in the admin). The session holds the channel and a digest of the secret, never the
-    secret itself, and the page shows the secret only while it is still that one."""
-    request.session[REVEAL_SECRET_KEY] = {"channel": channel.pk, "digest": _secret_digest(channel.signing_secret)}
-
-
-def _revealed_secret(request: HttpRequest, channel: Channel) -> str:
-    """The secret to show on this load of the channel's page, or "" (and never again after it is shown)."""
-    reveal = request.session.get(REVEAL_SECRET_KEY)
-    if not isinstance(reveal, dict) or reveal.get("channel") != channel.pk:
-        return ""
-    del request.session[REVEAL_SECRET_KEY]
-    return channel.signing_secret if reveal.get("digest") == _secret_digest(channel.signing_secret) else ""
-
-
-def _secret_digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 @require_http_methods(["GET", "POST"])
