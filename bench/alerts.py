@@ -365,8 +365,8 @@ def main() -> None:
     from django.utils import timezone
     from prometheus_client.core import REGISTRY
 
+    from dlqconsole.alerts.evaluation import evaluate_rules
     from dlqconsole.alerts.models import Alert
-    from dlqconsole.alerts.services import evaluate_rules
     from dlqconsole.metrics import DeadLetterCollector, register_collector
 
     build_world(args.rows, rebuild=args.rebuild)

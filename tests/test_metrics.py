@@ -14,8 +14,8 @@ from django.utils import timezone
 from prometheus_client.core import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, Channel
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.metrics import DeadLetterCollector, register_collector

@@ -11,8 +11,8 @@ from django.utils.html import format_html
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN
+from dlqconsole.alerts.channel_secrets import reveal_signing_secret
 from dlqconsole.alerts.models import PATTERN_SCOPED_KINDS, Alert, AlertRule, Channel, Notification, RuleKind
-from dlqconsole.alerts.views import reveal_signing_secret
 
 
 def rule_problems(*, kind: str, threshold: float | None, pattern: Any, queue: str) -> list[tuple[str, str]]:

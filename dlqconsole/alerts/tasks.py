@@ -3,7 +3,7 @@ are checked as if a stranger sent them (core/taskargs.py)."""
 
 from __future__ import annotations
 
-from dlqconsole.alerts import services
+from dlqconsole.alerts import delivery, digests, evaluation
 from dlqconsole.alerts.models import Notification
 from dlqconsole.celery import app
 from dlqconsole.core.taskargs import CheckedTask, row_id
@@ -12,7 +12,7 @@ from dlqconsole.ingest import sampling
 
 @app.task(name="alerts.evaluate_alerts", ignore_result=True, base=CheckedTask)
 def evaluate_alerts() -> None:
-    services.evaluate_rules()
+    evaluation.evaluate_rules()
 
 
 @app.task(
@@ -22,14 +22,14 @@ def evaluate_alerts() -> None:
     argument_checks={"notification_id": row_id(Notification)},
 )
 def send_notification(notification_id: int) -> None:
-    services.deliver_notification(notification_id=notification_id)
+    delivery.deliver_notification(notification_id=notification_id)
 
 
 @app.task(name="alerts.retry_notifications", ignore_result=True, base=CheckedTask)
 def retry_notifications() -> None:
     """The notification sweep beat runs every few seconds: due retries and lost sends, then due digests."""
-    services.enqueue_due_notifications()
-    services.send_due_digests()
+    delivery.enqueue_due_notifications()
+    digests.send_due_digests()
 
 
 @app.task(name="alerts.sample_queues", ignore_result=True, base=CheckedTask)
@@ -40,4 +40,4 @@ def sample_queues() -> None:
 @app.task(name="alerts.prune_notifications", ignore_result=True, base=CheckedTask)
 def prune_notifications() -> None:
     """Hourly retention: finished notifications older than DLQ_NOTIFICATION_RETENTION_DAYS."""
-    services.prune_notifications()
+    delivery.prune_notifications()

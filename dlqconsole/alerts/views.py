@@ -4,7 +4,6 @@ channels (admins). Each page's URL also serves its htmx fragment."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections import Counter
 from typing import Any
 
@@ -23,7 +22,9 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
-from dlqconsole.alerts import services
+from dlqconsole.alerts import changes, delivery, digests
+from dlqconsole.alerts.channel_secrets import reveal_signing_secret, revealed_secret
+from dlqconsole.alerts.errors import AlertError, ChannelError
 from dlqconsole.alerts.forms import KIND_DEFAULTS, BulkAlertForm, ChannelForm, RuleForm, SilenceForm
 from dlqconsole.alerts.models import (
     SIGNING_SECRET_OVERLAP,
@@ -43,8 +44,6 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
 HISTORY_PAGE = 50
-# The session entry naming the channel whose page shows its signing secret on its next full load, once.
-REVEAL_SECRET_KEY = "alerts.reveal-signing-secret"
 FINAL_NOTIFICATION_STATUSES = (
     NotificationStatus.SENT,
     NotificationStatus.FAILED,
@@ -180,8 +179,8 @@ def alert_acknowledge(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, OPERATOR)
     alert = get_object_or_404(Alert.objects.select_related("rule"), pk=pk)
     try:
-        alert = services.acknowledge_alert(alert=alert, actor=request.user)
-    except services.AlertError as error:
+        alert = changes.acknowledge_alert(alert=alert, actor=request.user)
+    except AlertError as error:
         messages.error(request, str(error))
     else:
         messages.success(request, "Acknowledged: no more reminders for this alert.")
@@ -199,8 +198,8 @@ def alert_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return _alert_response(request, alert)
     until = form.until()
     try:
-        services.silence_alert(alert=alert, actor=request.user, until=until)
-    except services.AlertError as error:
+        changes.silence_alert(alert=alert, actor=request.user, until=until)
+    except AlertError as error:
         messages.error(request, str(error))
     else:
         messages.success(request, f"Silenced until {stamp(until)}." if until else "Silence lifted.")
@@ -217,11 +216,11 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
         for errors in form.errors.values():
             messages.error(request, " ".join(str(error) for error in errors))
     elif form.cleaned_data["action"] == "acknowledge":
-        result = services.acknowledge_alerts(alerts=form.alerts(), actor=request.user)
+        result = changes.acknowledge_alerts(alerts=form.alerts(), actor=request.user)
         _bulk_message(request, result, done="Acknowledged", skipped="no longer firing")
     else:
         until = form.until()
-        result = services.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
+        result = changes.silence_alerts(alerts=form.alerts(), actor=request.user, until=until)
         done = f"Silenced until {stamp(until)}:" if until else "Silence lifted for"
         _bulk_message(request, result, done=done, skipped="already resolved")
     if request.htmx:
@@ -229,7 +228,7 @@ def alert_bulk(request: HtmxHttpRequest) -> HttpResponse:
     return redirect(_filtered_url("alerts:list", _list_filter(request.GET)))
 
 
-def _bulk_message(request: HttpRequest, result: services.BulkResult, *, done: str, skipped: str) -> None:
+def _bulk_message(request: HttpRequest, result: changes.BulkResult, *, done: str, skipped: str) -> None:
     count = len(result.done)
     if count:
         messages.success(request, f"{done} {count} alert{pluralize(count)}.")
@@ -299,7 +298,7 @@ def rule_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     rule = get_object_or_404(AlertRule, pk=pk) if pk is not None else AlertRule()
     form = RuleForm(request.POST or None, instance=rule, kind=request.GET.get("kind", ""))
     if request.method == "POST" and form.is_valid():
-        saved = services.save_rule(
+        saved = changes.save_rule(
             rule=form.save(commit=False), channels=form.cleaned_data["channels"], actor=request.user
         )
         messages.success(request, f"Rule “{isolate(saved.name)}” saved.")
@@ -317,7 +316,7 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = SilenceForm(request.POST)
     if form.is_valid():
         until = form.until()
-        services.silence_rule(rule=rule, actor=request.user, until=until)
+        changes.silence_rule(rule=rule, actor=request.user, until=until)
         said = (
             f"“{isolate(rule.name)}” silenced until {stamp(until)}."
             if until
@@ -331,7 +330,7 @@ def rule_silence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def rule_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     rule = get_object_or_404(AlertRule, pk=pk)
-    services.delete_rule(rule=rule, actor=request.user)
+    changes.delete_rule(rule=rule, actor=request.user)
     messages.success(request, f"Rule “{isolate(rule.name)}” deleted.")
     return redirect("alerts:rules")
 
@@ -367,7 +366,7 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     now = timezone.now()
-    secret = "" if request.htmx else _revealed_secret(request, channel)
+    secret = "" if request.htmx else revealed_secret(request, channel)
     context = {
         "channel": channel,
         "notifications": channel.notifications.select_related("alert", "channel").order_by("-id")[:50],
@@ -384,26 +383,6 @@ def channel_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return response
 
 
-def reveal_signing_secret(request: HttpRequest, channel: Channel) -> None:
-    """Have the next full load of the channel's page show its signing secret, once (after the channel is made or
-    its secret rotated, here or in the admin). The session holds the channel and a digest of the secret, never the
-    secret itself, and the page shows the secret only while it is still that one."""
-    request.session[REVEAL_SECRET_KEY] = {"channel": channel.pk, "digest": _secret_digest(channel.signing_secret)}
-
-
-def _revealed_secret(request: HttpRequest, channel: Channel) -> str:
-    """The secret to show on this load of the channel's page, or "" (and never again after it is shown)."""
-    reveal = request.session.get(REVEAL_SECRET_KEY)
-    if not isinstance(reveal, dict) or reveal.get("channel") != channel.pk:
-        return ""
-    del request.session[REVEAL_SECRET_KEY]
-    return channel.signing_secret if reveal.get("digest") == _secret_digest(channel.signing_secret) else ""
-
-
-def _secret_digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 @require_http_methods(["GET", "POST"])
 def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpResponse:
     require_role(request.user, ADMIN)
@@ -412,14 +391,14 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
     was_signed = channel.pk is not None and channel.is_signed
     form = ChannelForm(request.POST or None, instance=channel)
     if request.method == "POST" and form.is_valid():
-        saved = services.save_channel(
+        saved = changes.save_channel(
             channel=form.save(commit=False),
             actor=request.user,
             attach_to_all_rules=bool(form.cleaned_data.get("attach_to_all_rules")),
         )
         messages.success(request, f"Channel “{isolate(saved.name)}” saved. Send a test to check it.")
         if saved.is_signed and not was_signed:
-            # A new webhook channel, or one that starts signing (services.save_channel gave it a fresh secret).
+            # A new webhook channel, or one that starts signing (changes.save_channel gave it a fresh secret).
             reveal_signing_secret(request, saved)
         return redirect("alerts:channel", pk=saved.pk)
     return render(
@@ -431,7 +410,7 @@ def channel_edit(request: HtmxHttpRequest, pk: int | None = None) -> HttpRespons
 def channel_test(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    notification = services.send_test_notification(channel=channel, actor=request.user)
+    notification = delivery.send_test_notification(channel=channel, actor=request.user)
     if request.htmx:
         return render(request, "alerts/notification.html#notification", {"notification": notification})
     messages.success(request, "Test notification queued; its outcome shows below.")
@@ -444,8 +423,8 @@ def channel_rotate_secret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     try:
-        services.rotate_signing_secret(channel=channel, actor=request.user)
-    except services.ChannelError as problem:
+        changes.rotate_signing_secret(channel=channel, actor=request.user)
+    except ChannelError as problem:
         messages.error(request, str(problem))
     else:
         reveal_signing_secret(request, channel)
@@ -459,12 +438,12 @@ def channel_rotate_secret(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def channel_send_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Send the alerts open now to this channel, once (see services.send_open_alerts)."""
+    """Send the alerts open now to this channel, once (see digests.send_open_alerts)."""
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
     try:
-        notification = services.send_open_alerts(channel=channel, actor=request.user)
-    except services.ChannelError as problem:
+        notification = digests.send_open_alerts(channel=channel, actor=request.user)
+    except ChannelError as problem:
         messages.error(request, str(problem))
         return redirect("alerts:channel", pk=channel.pk)
     count = notification.context.get("count", 0)
@@ -476,7 +455,7 @@ def channel_send_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    services.enable_channel(channel=channel, actor=request.user)
+    changes.enable_channel(channel=channel, actor=request.user)
     messages.success(request, f"Channel “{isolate(channel.name)}” is enabled again.")
     return redirect("alerts:channel", pk=channel.pk)
 
@@ -485,7 +464,7 @@ def channel_enable(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def channel_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, ADMIN)
     channel = get_object_or_404(Channel, pk=pk)
-    services.delete_channel(channel=channel, actor=request.user)
+    changes.delete_channel(channel=channel, actor=request.user)
     messages.success(request, f"Channel “{isolate(channel.name)}” deleted.")
     return redirect("alerts:channels")
 

@@ -13,8 +13,9 @@ from django.urls import reverse
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.alerts.changes import silence_alert, silence_alerts, silence_rule
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus
-from dlqconsole.alerts.services import evaluate_rules, silence_alert, silence_alerts, silence_rule
 from tests.alerts.conftest import ingest, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

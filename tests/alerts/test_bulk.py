@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from dlqconsole.alerts.services import evaluate_rules
 from tests.alerts.conftest import ingest, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

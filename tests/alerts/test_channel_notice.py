@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from dlqconsole.alerts.services import evaluate_rules
 from tests.alerts.conftest import ingest, rule, settle
 from tests.conftest import client_for
 

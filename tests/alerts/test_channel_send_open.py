@@ -6,8 +6,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.delivery import deliver_notification
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from dlqconsole.alerts.services import deliver_notification, evaluate_rules
 from tests.alerts.conftest import Receiver, ingest, rule
 from tests.conftest import client_for
 

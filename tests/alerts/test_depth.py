@@ -10,8 +10,8 @@ from django.test import override_settings
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
 
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.ingest.sampling import sample_queue_depths
 from dlqconsole.ingest.topology import declare_queue_topology

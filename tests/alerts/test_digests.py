@@ -22,6 +22,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.alerts import conditions
+from dlqconsole.alerts.changes import save_channel, save_rule
+from dlqconsole.alerts.delivery import (
+    deliver_notification,
+    disable_channel,
+    enqueue_due_notifications,
+    send_test_notification,
+)
+from dlqconsole.alerts.digests import digest_context, send_due_digests
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import (
     Alert,
     AlertRule,
@@ -29,17 +38,6 @@ from dlqconsole.alerts.models import (
     Notification,
     NotificationKind,
     NotificationStatus,
-)
-from dlqconsole.alerts.services import (
-    deliver_notification,
-    digest_context,
-    disable_channel,
-    enqueue_due_notifications,
-    evaluate_rules,
-    save_channel,
-    save_rule,
-    send_due_digests,
-    send_test_notification,
 )
 from dlqconsole.alerts.tasks import retry_notifications
 from dlqconsole.core.env import env_duration

@@ -19,9 +19,9 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from pika.adapters.blocking_connection import BlockingChannel
 
+from dlqconsole.alerts.changes import save_channel
 from dlqconsole.alerts.defaults import install_default_rules
 from dlqconsole.alerts.models import AlertRule, Channel, EvaluationState, Notification
-from dlqconsole.alerts.services import save_channel
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.topology import declare_queue_topology
 from dlqconsole.operations.services import plan_operation, start_operation

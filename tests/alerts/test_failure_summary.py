@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from dlqconsole.alerts.delivery import deliver_notification, send_test_notification
 from dlqconsole.alerts.failures import summarise_failure
 from dlqconsole.alerts.models import Channel, Notification, NotificationStatus
-from dlqconsole.alerts.services import deliver_notification, send_test_notification
 from tests.alerts.conftest import Receiver
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

@@ -7,8 +7,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from dlqconsole.alerts.changes import acknowledge_alert, silence_alert
+from dlqconsole.alerts.errors import AlertError
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification
-from dlqconsole.alerts.services import AlertError, acknowledge_alert, evaluate_rules, silence_alert
 from tests.alerts.conftest import ingest, rule, settle
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

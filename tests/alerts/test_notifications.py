@@ -14,19 +14,19 @@ from django.test import override_settings
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.delivery import (
+    deliver_notification,
+    enqueue_due_notifications,
+    prune_notifications,
+    send_test_notification,
+)
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import (
     Alert,
     Channel,
     Notification,
     NotificationKind,
     NotificationStatus,
-)
-from dlqconsole.alerts.services import (
-    deliver_notification,
-    enqueue_due_notifications,
-    evaluate_rules,
-    prune_notifications,
-    send_test_notification,
 )
 from tests.alerts.conftest import Receiver, ingest, rule
 

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from dlqconsole.alerts.defaults import DEFAULT_RULES, install_default_rules
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import ingest, rule, settle

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 from pytest_django import Settings
 
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, Channel, Notification, NotificationKind, NotificationStatus
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.alerts.tasks import (
     evaluate_alerts,
     prune_notifications,

@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 from django.urls import reverse
 
+from dlqconsole.alerts.delivery import deliver_notification, send_test_notification
 from dlqconsole.alerts.models import Channel, NotificationStatus
-from dlqconsole.alerts.services import deliver_notification, send_test_notification
 from dlqconsole.core import http
 from dlqconsole.core.http import HttpError, post_json
 from tests.alerts.conftest import Receiver

@@ -13,8 +13,9 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from dlqconsole.alerts.changes import silence_rule
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus
-from dlqconsole.alerts.services import evaluate_rules, silence_rule
 from tests.alerts.conftest import ingest, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import ingest, rule
 

@@ -19,13 +19,9 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.delivery import deliver_notification, enqueue_due_notifications, send_test_notification
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Channel, Notification, NotificationKind, NotificationStatus
-from dlqconsole.alerts.services import (
-    deliver_notification,
-    enqueue_due_notifications,
-    evaluate_rules,
-    send_test_notification,
-)
 from dlqconsole.alerts.tasks import send_notification
 from tests.alerts.conftest import Received, Receiver, ingest, rule
 from tests.conftest import client_for

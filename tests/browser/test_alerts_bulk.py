@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
-from dlqconsole.alerts.services import evaluate_rules
 from tests.alerts.conftest import ingest, rule
 from tests.browser.conftest import Watched, log_in, screenshot
 

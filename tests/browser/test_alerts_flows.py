@@ -13,8 +13,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 from playwright.sync_api import Page, expect
 
 from dlqconsole.alerts.defaults import install_default_rules
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Notification
-from dlqconsole.alerts.services import evaluate_rules
 from tests.alerts.conftest import Receiver
 from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
 from tests.deadletters.page_world import ingest, letter

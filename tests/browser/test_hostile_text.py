@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from dlqconsole.alerts.services import evaluate_rules
+from dlqconsole.alerts.evaluation import evaluate_rules
 from tests.alerts.conftest import rule
 from tests.browser.conftest import Watched, log_in
 from tests.deadletters.page_world import ingest, letter

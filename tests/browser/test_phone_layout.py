@@ -15,6 +15,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, ViewportSize, expect
 
 from dlqconsole.alerts.defaults import install_default_rules
+from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import (
     Alert,
     AlertRule,
@@ -24,7 +25,6 @@ from dlqconsole.alerts.models import (
     NotificationKind,
     NotificationStatus,
 )
-from dlqconsole.alerts.services import evaluate_rules
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.operations.models import Operation
