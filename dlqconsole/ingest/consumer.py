@@ -64,7 +64,8 @@ from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from dlqconsole.core.amqp import connection_parameters
-from dlqconsole.ingest.envelope import ParsedDeadLetter, install_tolerant_decoding, parse_envelope
+from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
+from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.ingest.services import IngestResult, ingest_batch
 
