@@ -26,15 +26,13 @@ arrived meanwhile to the queue), and grows back slowly when they are gone.
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
 redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
 kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
-the database refuses for its content (a value it cannot store) is written message by message, and a message
-that still fails is stored in a reduced form with the error in its parse_errors, so one bad message neither
-blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash between commit
-and ack, several consumers on the same queues) is counted once.
+the database refuses for its content is split to store the message at fault reduced (batch_writer.py), so one
+bad message neither blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash
+between commit and ack, several consumers on the same queues) is counted once.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import socket
@@ -42,7 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,24 +48,16 @@ from typing import Any
 import pika
 import pika.exceptions
 from django.conf import settings
-from django.db import (
-    DatabaseError,
-    InterfaceError,
-    InternalError,
-    OperationalError,
-    ProgrammingError,
-    close_old_connections,
-    connections,
-)
+from django.db import DatabaseError, close_old_connections, connections
 from django.db import connection as db_connection
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from dlqconsole.core.amqp import connection_parameters
 from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
-from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
+from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult, write_batch
+from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import WatchedQueue
-from dlqconsole.ingest.services import IngestResult, ingest_batch
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +71,6 @@ FULL_READ_SECONDS = 1.0
 ASSUMED_BODY_BYTES = 1024 * 1024
 PREFETCH_GROWTH_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
-# The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
-# Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
-# fail the same way again, so the batch is split to find and reduce the culprit.
-OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, InternalError, ProgrammingError)
-
-
-@dataclass
-class Delivery:
-    queue: str
-    channel: BlockingChannel
-    delivery_tag: int
-    properties: pika.BasicProperties
-    body: bytes
-    redelivered: bool = False
-    letter: ParsedDeadLetter | None = None
 
 
 @dataclass
@@ -513,7 +488,7 @@ class DeadLetterConsumer:
             if self.buffer:
                 self.batch_started_at = self.clock()
         self.parse(self.batch)
-        self.writing = self.writer.submit(self.write, self.batch)
+        self.writing = self.writer.submit(write_batch, self.batch)
 
     def prepare(self) -> None:
         """While the writer is busy, parse what the next batch will hold, so it is ready when the writer is."""
@@ -582,51 +557,6 @@ class DeadLetterConsumer:
             self.collect(wait=True)
             if error is not None:
                 raise error
-
-    def write(self, batch: list[Delivery]) -> WriteResult:
-        """Store a batch (runs in the writer thread when pipelined). Raises DatabaseError on an outage."""
-        close_old_connections()
-        now = timezone.now()
-        letters = [delivery.letter for delivery in batch if delivery.letter is not None]
-        try:
-            try:
-                return WriteResult(ingest_batch(letters=letters, now=now), reduced=0)
-            except OUTAGE_ERRORS:
-                raise
-            except Exception as error:  # noqa: BLE001  (isolate the message that causes it)
-                log.warning("the database refused a batch of %d (%s); writing it message by message", len(batch), error)
-                return self.write_one_by_one(batch, now=now)
-        except DatabaseError:
-            # A connection that failed mid-transaction is unusable (this thread's own); the next batch opens one.
-            try:
-                db_connection.close()
-            except DatabaseError:
-                log.debug("closing the broken database connection failed", exc_info=True)
-            raise
-
-    def write_one_by_one(self, batch: list[Delivery], *, now: Any) -> WriteResult:
-        received = inserted = reduced = 0
-        for delivery in batch:
-            assert delivery.letter is not None
-            try:
-                result = ingest_batch(letters=[delivery.letter], now=now)
-            except OUTAGE_ERRORS:
-                raise
-            except Exception as error:  # noqa: BLE001  (store the message reduced rather than lose or block it)
-                log.error(
-                    "a dead letter from %s (delivery %d) could not be stored as parsed (%s: %s); storing it reduced",
-                    delivery.queue,
-                    delivery.delivery_tag,
-                    type(error).__name__,
-                    error,
-                )
-                reduced += 1
-                delivery.letter = reduced_letter(delivery.letter, error)
-                # If even the reduced form fails, this raises: the batch stays unacked and is retried later.
-                result = ingest_batch(letters=[delivery.letter], now=now)
-            received += result.received
-            inserted += result.inserted
-        return WriteResult(IngestResult(received=received, inserted=inserted), reduced=reduced)
 
     def ack(self, batch: list[Delivery]) -> None:
         last: dict[int, tuple[BlockingChannel, int]] = {}
@@ -726,60 +656,3 @@ class DeadLetterConsumer:
             self.stats.duplicates,
             self.stats.batches,
         )
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    result: IngestResult
-    # Messages stored reduced because the database refused them as parsed.
-    reduced: int
-
-
-class InlineExecutor:
-    """The writer without a thread: runs each batch at once (SQLite, where one writer is all there is)."""
-
-    def submit(self, function: Callable[..., Any], /, *arguments: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(function(*arguments))
-        except BaseException as error:  # noqa: BLE001  (delivered to the caller through the future)
-            future.set_exception(error)
-        return future
-
-    def shutdown(self, *, wait: bool = True) -> None:
-        return None
-
-
-def reduced_letter(letter: ParsedDeadLetter, error: BaseException) -> ParsedDeadLetter:
-    """The letter with everything but its identity, queue, body and raw headers set aside, for a message the
-    database refused as parsed. The error goes into parse_errors so the operator sees why."""
-    return replace(
-        letter,
-        original_queue="",
-        original_exchange="",
-        original_routing_keys=[],
-        error_type="",
-        error_message="",
-        stack_trace="",
-        host="",
-        app_version="",
-        message_id="",
-        correlation_id="",
-        content_type="",
-        content_encoding="",
-        task_name="",
-        task_id="",
-        task_retries=None,
-        priority=None,
-        replayed_from=None,
-        headers={"$bytes": ""} if not letter.headers_json else {"$str": _b64(letter.headers_json)},
-        headers_json="",
-        properties={"$str": _b64(letter.properties_json)} if letter.properties_json else {},
-        properties_json="",
-        x_death=[],
-        parse_errors=[*letter.parse_errors, f"the database refused the parsed fields: {error}"[:1000]],
-    )
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()
