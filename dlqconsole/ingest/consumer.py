@@ -13,15 +13,9 @@ and parsing the next (the database works on the other core). There is never more
 writer, and batches are taken from the buffer in delivery order, so acking a batch with multiple=True never
 covers a delivery that is not committed. On other databases (SQLite) the batch is written in the loop.
 
-Memory: every delivery received and not yet acked is held in this process, and a DLQ can hold messages of any
-size. The bodies held are counted; past DLQ_CONSUMER_MAX_BYTES the loop stops reading the connection (the broker
-keeps the rest; TCP flow control stops it sending) and writes what it holds, reading a little once a second only
-to keep heartbeats going, until an acked batch brings it under the budget again. A batch is written when it
-reaches the batch size or DLQ_CONSUMER_BATCH_BYTES of bodies, whichever comes first. So that what the broker has
-sent towards a paused consumer stays small too (in its memory, out of reach of the other consumers), each queue's
-prefetch is its share of the budget divided by the largest body lately seen on it (at most DLQ_CONSUMER_PREFETCH):
-it shrinks at once when large messages come, by consuming again with the smaller prefetch (pika returns what
-arrived meanwhile to the queue), and grows back slowly when they are gone.
+Memory: the bodies held (received, not acked) are bounded by DLQ_CONSUMER_MAX_BYTES, past which the loop stops
+reading until a batch is acked, and what the broker sends ahead on each queue by a prefetch sized to the queue's
+share of that budget (byte_budget.py).
 
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
 redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
@@ -56,6 +50,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from dlqconsole.core.amqp import connection_parameters
 from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
 from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult, write_batch
+from dlqconsole.ingest.byte_budget import ByteBudget
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import WatchedQueue
 
@@ -63,13 +58,6 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
 MISSING_RETRY_SECONDS = 5.0
-# Over the byte budget, the connection is read this often (about 100 KB a time, pika's read per event) so that
-# heartbeats keep it alive while the held deliveries are written.
-FULL_READ_SECONDS = 1.0
-# A queue's prefetch assumes bodies of this size until its first delivery, and grows again no sooner than this
-# after it shrank.
-ASSUMED_BODY_BYTES = 1024 * 1024
-PREFETCH_GROWTH_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
 
 
@@ -102,7 +90,7 @@ class ConsumerStats:
     per_queue: Counter[str] = field(default_factory=Counter)
 
 
-class DeadLetterConsumer:
+class DeadLetterConsumer(ByteBudget):
     def __init__(
         self,
         *,
@@ -308,36 +296,6 @@ class DeadLetterConsumer:
             self.prefetch_shrunk_at[queue] = self.clock()
         self.prefetch_of[queue] = prefetch
 
-    def wanted_prefetch(self, queue: str) -> int:
-        """The queue's share of the byte budget in bodies of the largest size lately seen on it."""
-        share = self.max_bytes // max(1, len(self.channels))
-        return max(1, min(self.prefetch, share // max(1, self.largest.get(queue, ASSUMED_BODY_BYTES))))
-
-    def adjust_prefetch(self) -> None:
-        """Consume again, with the wanted prefetch, the queues marked for it. RabbitMQ applies a prefetch to the
-        consumers started after it: the consumer is cancelled (pika returns the deliveries that arrived for it
-        meanwhile to the queue; those received stay ours to ack) and started again."""
-        queues, self.resize = sorted(self.resize), set()
-        for queue in queues:
-            channel = self.channels.get(queue)
-            wanted = self.wanted_prefetch(queue)
-            if channel is None or not channel.is_open or wanted == self.prefetch_of.get(queue):
-                continue
-            # Worth an operator's attention only when large bodies shrink it; growing back, and the share that
-            # changes as queues come and go, are routine.
-            large = wanted < self.prefetch_of.get(queue, 0) and self.largest.get(queue, 0) > ASSUMED_BODY_BYTES
-            log.log(
-                logging.INFO if large else logging.DEBUG,
-                "prefetch of %s: %d -> %d (bodies up to %.1f KB lately; budget %.1f MB)",
-                queue,
-                self.prefetch_of.get(queue, 0),
-                wanted,
-                self.largest.get(queue, 0) / 1024,
-                self.max_bytes / 2**20,
-            )
-            channel.basic_cancel(consumer_tag=f"consume_dlq:{queue}")
-            self.consume(queue, channel, wanted)
-
     def on_message(
         self, queue: str, channel: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes
     ) -> None:
@@ -368,11 +326,6 @@ class DeadLetterConsumer:
             self.retired.append(channel)
         self.missing.add(queue)
 
-    @property
-    def full(self) -> bool:
-        """Holding the byte budget or more: stop reading deliveries until a batch is acked."""
-        return self.held_bytes >= self.max_bytes
-
     def poll(self) -> None:
         assert self.connection is not None
         if self.full:
@@ -390,24 +343,6 @@ class DeadLetterConsumer:
         else:
             limit = self.poll_seconds
         self.connection.process_data_events(time_limit=limit)
-
-    def read_while_full(self, connection: BlockingConnection) -> None:
-        """Over the byte budget: read the connection only once a FULL_READ_SECONDS (heartbeats), else wait a moment
-        for the writer."""
-        now = self.clock()
-        if self.full_since is None:
-            self.full_since = now
-            log.info(
-                "holding %.1f MB of dead letters, over DLQ_CONSUMER_MAX_BYTES (%.1f MB): reading paused until a "
-                "batch is written",
-                self.held_bytes / 2**20,
-                self.max_bytes / 2**20,
-            )
-        if now >= self.next_full_read:
-            self.next_full_read = now + FULL_READ_SECONDS
-            connection.process_data_events(time_limit=0)
-        else:
-            time.sleep(min(self.poll_seconds, 0.01))
 
     def on_broker_error(self, error: BaseException) -> None:
         self.stats.broker_errors += 1
@@ -527,22 +462,6 @@ class DeadLetterConsumer:
         self.database_backoff.reset()
         # Idle time counts from here: a slow batch is not a quiet queue.
         self.last_activity = self.clock()
-
-    def forget_sizes(self, batch: list[Delivery]) -> None:
-        """Let the largest body seen on each queue of the batch fade (halved per batch unless seen again), and mark
-        for a larger prefetch the queues that have been on a small one for a while."""
-        largest: dict[str, int] = {}
-        for delivery in batch:
-            largest[delivery.queue] = max(largest.get(delivery.queue, 0), len(delivery.body))
-        now = self.clock()
-        for queue, size in largest.items():
-            self.largest[queue] = max(size, self.largest.get(queue, size) // 2)
-            wanted, current = self.wanted_prefetch(queue), self.prefetch_of.get(queue, self.prefetch)
-            # At least twice as large, or all the way up to DLQ_CONSUMER_PREFETCH.
-            grown = wanted > current and (wanted >= 2 * current or wanted == self.prefetch)
-            shrunk_at = self.prefetch_shrunk_at.get(queue)
-            if grown and (shrunk_at is None or now - shrunk_at >= PREFETCH_GROWTH_SECONDS):
-                self.resize.add(queue)
 
     def flush(self) -> None:
         """Write and ack everything received, waiting for the writer (one attempt per batch). Raises
