@@ -45,7 +45,7 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceErr
 @dataclass
 class Delivery:
     """A message received and not acked yet: in the consumer's buffer, then in a batch. `letter` is its parsed
-    form, set when the batch (or the next one) is prepared."""
+    form, once submit() or prepare() has parsed it."""
 
     queue: str
     channel: BlockingChannel
