@@ -13,28 +13,20 @@ and parsing the next (the database works on the other core). There is never more
 writer, and batches are taken from the buffer in delivery order, so acking a batch with multiple=True never
 covers a delivery that is not committed. On other databases (SQLite) the batch is written in the loop.
 
-Memory: every delivery received and not yet acked is held in this process, and a DLQ can hold messages of any
-size. The bodies held are counted; past DLQ_CONSUMER_MAX_BYTES the loop stops reading the connection (the broker
-keeps the rest; TCP flow control stops it sending) and writes what it holds, reading a little once a second only
-to keep heartbeats going, until an acked batch brings it under the budget again. A batch is written when it
-reaches the batch size or DLQ_CONSUMER_BATCH_BYTES of bodies, whichever comes first. So that what the broker has
-sent towards a paused consumer stays small too (in its memory, out of reach of the other consumers), each queue's
-prefetch is its share of the budget divided by the largest body lately seen on it (at most DLQ_CONSUMER_PREFETCH):
-it shrinks at once when large messages come, by consuming again with the smaller prefetch (pika returns what
-arrived meanwhile to the queue), and grows back slowly when they are gone.
+Memory: the bodies held (received, not acked) are bounded by DLQ_CONSUMER_MAX_BYTES, past which the loop stops
+reading until a batch is acked, and what the broker sends ahead on each queue by a prefetch sized to the queue's
+share of that budget (byte_budget.py).
 
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
 redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
 kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
-the database refuses for its content (a value it cannot store) is written message by message, and a message
-that still fails is stored in a reduced form with the error in its parse_errors, so one bad message neither
-blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash between commit
-and ack, several consumers on the same queues) is counted once.
+the database refuses for its content is split to store the message at fault reduced (batch_writer.py), so one
+bad message neither blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash
+between commit and ack, several consumers on the same queues) is counted once.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import socket
@@ -42,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,51 +42,22 @@ from typing import Any
 import pika
 import pika.exceptions
 from django.conf import settings
-from django.db import (
-    DatabaseError,
-    InterfaceError,
-    InternalError,
-    OperationalError,
-    ProgrammingError,
-    close_old_connections,
-    connections,
-)
+from django.db import DatabaseError, close_old_connections, connections
 from django.db import connection as db_connection
-from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from dlqconsole.core.amqp import connection_parameters
-from dlqconsole.ingest.envelope import ParsedDeadLetter, install_tolerant_decoding, parse_envelope
+from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
+from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult
+from dlqconsole.ingest.byte_budget import ByteBudget
+from dlqconsole.ingest.database_side import DatabaseSide
 from dlqconsole.ingest.models import WatchedQueue
-from dlqconsole.ingest.services import IngestResult, ingest_batch
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
 MISSING_RETRY_SECONDS = 5.0
-# Over the byte budget, the connection is read this often (about 100 KB a time, pika's read per event) so that
-# heartbeats keep it alive while the held deliveries are written.
-FULL_READ_SECONDS = 1.0
-# A queue's prefetch assumes bodies of this size until its first delivery, and grows again no sooner than this
-# after it shrank.
-ASSUMED_BODY_BYTES = 1024 * 1024
-PREFETCH_GROWTH_SECONDS = 5.0
 BROKER_ERRORS: tuple[type[BaseException], ...] = (pika.exceptions.AMQPError, OSError)
-# The database is gone, restarting, not migrated or the connection is broken: retry the whole batch later.
-# Any other error while writing a batch (the database refused a value, or a bug met an odd message) would
-# fail the same way again, so the batch is split to find and reduce the culprit.
-OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, InternalError, ProgrammingError)
-
-
-@dataclass
-class Delivery:
-    queue: str
-    channel: BlockingChannel
-    delivery_tag: int
-    properties: pika.BasicProperties
-    body: bytes
-    redelivered: bool = False
-    letter: ParsedDeadLetter | None = None
 
 
 @dataclass
@@ -126,7 +89,10 @@ class ConsumerStats:
     per_queue: Counter[str] = field(default_factory=Counter)
 
 
-class DeadLetterConsumer:
+class DeadLetterConsumer(ByteBudget, DatabaseSide):
+    """The loop and its broker side. The steps that bound what it holds are ByteBudget's (byte_budget.py); those
+    that write and ack what it received are DatabaseSide's (database_side.py)."""
+
     def __init__(
         self,
         *,
@@ -332,36 +298,6 @@ class DeadLetterConsumer:
             self.prefetch_shrunk_at[queue] = self.clock()
         self.prefetch_of[queue] = prefetch
 
-    def wanted_prefetch(self, queue: str) -> int:
-        """The queue's share of the byte budget in bodies of the largest size lately seen on it."""
-        share = self.max_bytes // max(1, len(self.channels))
-        return max(1, min(self.prefetch, share // max(1, self.largest.get(queue, ASSUMED_BODY_BYTES))))
-
-    def adjust_prefetch(self) -> None:
-        """Consume again, with the wanted prefetch, the queues marked for it. RabbitMQ applies a prefetch to the
-        consumers started after it: the consumer is cancelled (pika returns the deliveries that arrived for it
-        meanwhile to the queue; those received stay ours to ack) and started again."""
-        queues, self.resize = sorted(self.resize), set()
-        for queue in queues:
-            channel = self.channels.get(queue)
-            wanted = self.wanted_prefetch(queue)
-            if channel is None or not channel.is_open or wanted == self.prefetch_of.get(queue):
-                continue
-            # Worth an operator's attention only when large bodies shrink it; growing back, and the share that
-            # changes as queues come and go, are routine.
-            large = wanted < self.prefetch_of.get(queue, 0) and self.largest.get(queue, 0) > ASSUMED_BODY_BYTES
-            log.log(
-                logging.INFO if large else logging.DEBUG,
-                "prefetch of %s: %d -> %d (bodies up to %.1f KB lately; budget %.1f MB)",
-                queue,
-                self.prefetch_of.get(queue, 0),
-                wanted,
-                self.largest.get(queue, 0) / 1024,
-                self.max_bytes / 2**20,
-            )
-            channel.basic_cancel(consumer_tag=f"consume_dlq:{queue}")
-            self.consume(queue, channel, wanted)
-
     def on_message(
         self, queue: str, channel: BlockingChannel, method: Any, properties: pika.BasicProperties, body: bytes
     ) -> None:
@@ -392,11 +328,6 @@ class DeadLetterConsumer:
             self.retired.append(channel)
         self.missing.add(queue)
 
-    @property
-    def full(self) -> bool:
-        """Holding the byte budget or more: stop reading deliveries until a batch is acked."""
-        return self.held_bytes >= self.max_bytes
-
     def poll(self) -> None:
         assert self.connection is not None
         if self.full:
@@ -414,24 +345,6 @@ class DeadLetterConsumer:
         else:
             limit = self.poll_seconds
         self.connection.process_data_events(time_limit=limit)
-
-    def read_while_full(self, connection: BlockingConnection) -> None:
-        """Over the byte budget: read the connection only once a FULL_READ_SECONDS (heartbeats), else wait a moment
-        for the writer."""
-        now = self.clock()
-        if self.full_since is None:
-            self.full_since = now
-            log.info(
-                "holding %.1f MB of dead letters, over DLQ_CONSUMER_MAX_BYTES (%.1f MB): reading paused until a "
-                "batch is written",
-                self.held_bytes / 2**20,
-                self.max_bytes / 2**20,
-            )
-        if now >= self.next_full_read:
-            self.next_full_read = now + FULL_READ_SECONDS
-            connection.process_data_events(time_limit=0)
-        else:
-            time.sleep(min(self.poll_seconds, 0.01))
 
     def on_broker_error(self, error: BaseException) -> None:
         self.stats.broker_errors += 1
@@ -472,199 +385,6 @@ class DeadLetterConsumer:
                 connection.close()
             except BROKER_ERRORS:
                 log.debug("closing a broken connection failed", exc_info=True)
-
-    # Database side ---------------------------------------------------------------------------------------------
-
-    def batch_due(self) -> bool:
-        if not self.buffer:
-            return False
-        return (
-            self.stopping
-            or self.full
-            or len(self.buffer) >= self.batch_size
-            or self.buffer_bytes >= self.batch_bytes
-            or self.clock() - self.batch_started_at >= self.batch_seconds
-        )
-
-    def take_batch(self) -> list[Delivery]:
-        """The oldest deliveries of the buffer, up to the batch size or DLQ_CONSUMER_BATCH_BYTES (at least one)."""
-        count = size = 0
-        for delivery in self.buffer[: self.batch_size]:
-            if count and size + len(delivery.body) > self.batch_bytes:
-                break
-            count += 1
-            size += len(delivery.body)
-        batch, self.buffer = self.buffer[:count], self.buffer[count:]
-        self.buffer_bytes -= size
-        return batch
-
-    def submit(self) -> None:
-        """Hand the next batch (or the one a database error sent back) to the writer."""
-        if self.batch:
-            # A batch sent back by a database error may have been committed all the same (the connection died
-            # during the commit): written again, each of its messages is a redelivery, counted once.
-            for delivery in self.batch:
-                delivery.redelivered = True
-                if delivery.letter is not None:
-                    delivery.letter.redelivered = True
-        else:
-            self.batch = self.take_batch()
-            if self.buffer:
-                self.batch_started_at = self.clock()
-        self.parse(self.batch)
-        self.writing = self.writer.submit(self.write, self.batch)
-
-    def prepare(self) -> None:
-        """While the writer is busy, parse what the next batch will hold, so it is ready when the writer is."""
-        self.parse(self.buffer[: self.batch_size])
-
-    def parse(self, deliveries: list[Delivery]) -> None:
-        now = timezone.now()
-        for delivery in deliveries:
-            if delivery.letter is None:
-                delivery.letter = parse_envelope(
-                    source_queue=delivery.queue,
-                    body=delivery.body,
-                    properties=delivery.properties,
-                    now=now,
-                    redelivered=delivery.redelivered,
-                )
-
-    def collect(self, *, wait: bool = False) -> None:
-        """Ack the batch the writer finished. A database outage keeps it (unacked) for a later attempt."""
-        if self.writing is None or not (wait or self.writing.done()):
-            return
-        writing, self.writing = self.writing, None
-        try:
-            written = writing.result()
-        except DatabaseError as error:
-            self.on_database_error(error)
-            return
-        self.ack(self.batch)
-        self.record(self.batch, written)
-        self.held_bytes -= sum(len(delivery.body) for delivery in self.batch)
-        self.forget_sizes(self.batch)
-        self.batch = []
-        if self.full_since is not None and not self.full:
-            log.info("reading again after %.1f s over the byte budget", self.clock() - self.full_since)
-            self.full_since = None
-        self.database_backoff.reset()
-        # Idle time counts from here: a slow batch is not a quiet queue.
-        self.last_activity = self.clock()
-
-    def forget_sizes(self, batch: list[Delivery]) -> None:
-        """Let the largest body seen on each queue of the batch fade (halved per batch unless seen again), and mark
-        for a larger prefetch the queues that have been on a small one for a while."""
-        largest: dict[str, int] = {}
-        for delivery in batch:
-            largest[delivery.queue] = max(largest.get(delivery.queue, 0), len(delivery.body))
-        now = self.clock()
-        for queue, size in largest.items():
-            self.largest[queue] = max(size, self.largest.get(queue, size) // 2)
-            wanted, current = self.wanted_prefetch(queue), self.prefetch_of.get(queue, self.prefetch)
-            # At least twice as large, or all the way up to DLQ_CONSUMER_PREFETCH.
-            grown = wanted > current and (wanted >= 2 * current or wanted == self.prefetch)
-            shrunk_at = self.prefetch_shrunk_at.get(queue)
-            if grown and (shrunk_at is None or now - shrunk_at >= PREFETCH_GROWTH_SECONDS):
-                self.resize.add(queue)
-
-    def flush(self) -> None:
-        """Write and ack everything received, waiting for the writer (one attempt per batch). Raises
-        DatabaseError, with the deliveries kept unacked, when the database is unavailable."""
-        while True:
-            if self.writing is None:
-                if not (self.batch or self.buffer):
-                    return
-                self.submit()
-            assert self.writing is not None
-            error = self.writing.exception()
-            self.collect(wait=True)
-            if error is not None:
-                raise error
-
-    def write(self, batch: list[Delivery]) -> WriteResult:
-        """Store a batch (runs in the writer thread when pipelined). Raises DatabaseError on an outage."""
-        close_old_connections()
-        now = timezone.now()
-        letters = [delivery.letter for delivery in batch if delivery.letter is not None]
-        try:
-            try:
-                return WriteResult(ingest_batch(letters=letters, now=now), reduced=0)
-            except OUTAGE_ERRORS:
-                raise
-            except Exception as error:  # noqa: BLE001  (isolate the message that causes it)
-                log.warning("the database refused a batch of %d (%s); writing it message by message", len(batch), error)
-                return self.write_one_by_one(batch, now=now)
-        except DatabaseError:
-            # A connection that failed mid-transaction is unusable (this thread's own); the next batch opens one.
-            try:
-                db_connection.close()
-            except DatabaseError:
-                log.debug("closing the broken database connection failed", exc_info=True)
-            raise
-
-    def write_one_by_one(self, batch: list[Delivery], *, now: Any) -> WriteResult:
-        received = inserted = reduced = 0
-        for delivery in batch:
-            assert delivery.letter is not None
-            try:
-                result = ingest_batch(letters=[delivery.letter], now=now)
-            except OUTAGE_ERRORS:
-                raise
-            except Exception as error:  # noqa: BLE001  (store the message reduced rather than lose or block it)
-                log.error(
-                    "a dead letter from %s (delivery %d) could not be stored as parsed (%s: %s); storing it reduced",
-                    delivery.queue,
-                    delivery.delivery_tag,
-                    type(error).__name__,
-                    error,
-                )
-                reduced += 1
-                delivery.letter = reduced_letter(delivery.letter, error)
-                # If even the reduced form fails, this raises: the batch stays unacked and is retried later.
-                result = ingest_batch(letters=[delivery.letter], now=now)
-            received += result.received
-            inserted += result.inserted
-        return WriteResult(IngestResult(received=received, inserted=inserted), reduced=reduced)
-
-    def ack(self, batch: list[Delivery]) -> None:
-        last: dict[int, tuple[BlockingChannel, int]] = {}
-        for delivery in batch:
-            last[id(delivery.channel)] = (delivery.channel, delivery.delivery_tag)
-        for channel, tag in last.values():
-            if channel.is_open:
-                channel.basic_ack(delivery_tag=tag, multiple=True)
-            else:
-                # Committed but no longer ackable: the broker redelivers them and the dedupe key absorbs it.
-                log.info("a channel closed before its ack; its deliveries will come again as duplicates")
-        for channel in self.retired:
-            if channel.is_open:
-                channel.close()
-        self.retired = []
-
-    def record(self, batch: list[Delivery], written: WriteResult) -> None:
-        result = written.result
-        self.stats.reduced += written.reduced
-        self.stats.batches += 1
-        self.stats.received += result.received
-        self.stats.inserted += result.inserted
-        self.stats.duplicates += result.duplicates
-        for delivery in batch:
-            self.stats.per_queue[delivery.queue] += 1
-        log.debug("batch of %d: %d new, %d duplicates", result.received, result.inserted, result.duplicates)
-
-    def on_database_error(self, error: BaseException) -> None:
-        """Keep what is unacked and try again after a backoff; the loop keeps the AMQP connection alive."""
-        self.stats.database_errors += 1
-        delay = self.database_backoff.next_delay()
-        log.warning(
-            "database error (%s: %s); %d deliveries stay unacked; retrying in %.1f s",
-            type(error).__name__,
-            str(error).strip().splitlines()[0] if str(error).strip() else "",
-            self.pending,
-            delay,
-        )
-        self.retry_at = self.clock() + delay
 
     # Helpers ----------------------------------------------------------------------------------------------------
 
@@ -725,60 +445,3 @@ class DeadLetterConsumer:
             self.stats.duplicates,
             self.stats.batches,
         )
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    result: IngestResult
-    # Messages stored reduced because the database refused them as parsed.
-    reduced: int
-
-
-class InlineExecutor:
-    """The writer without a thread: runs each batch at once (SQLite, where one writer is all there is)."""
-
-    def submit(self, function: Callable[..., Any], /, *arguments: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(function(*arguments))
-        except BaseException as error:  # noqa: BLE001  (delivered to the caller through the future)
-            future.set_exception(error)
-        return future
-
-    def shutdown(self, *, wait: bool = True) -> None:
-        return None
-
-
-def reduced_letter(letter: ParsedDeadLetter, error: BaseException) -> ParsedDeadLetter:
-    """The letter with everything but its identity, queue, body and raw headers set aside, for a message the
-    database refused as parsed. The error goes into parse_errors so the operator sees why."""
-    return replace(
-        letter,
-        original_queue="",
-        original_exchange="",
-        original_routing_keys=[],
-        error_type="",
-        error_message="",
-        stack_trace="",
-        host="",
-        app_version="",
-        message_id="",
-        correlation_id="",
-        content_type="",
-        content_encoding="",
-        task_name="",
-        task_id="",
-        task_retries=None,
-        priority=None,
-        replayed_from=None,
-        headers={"$bytes": ""} if not letter.headers_json else {"$str": _b64(letter.headers_json)},
-        headers_json="",
-        properties={"$str": _b64(letter.properties_json)} if letter.properties_json else {},
-        properties_json="",
-        x_death=[],
-        parse_errors=[*letter.parse_errors, f"the database refused the parsed fields: {error}"[:1000]],
-    )
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()

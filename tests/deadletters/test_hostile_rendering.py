@@ -22,7 +22,8 @@ from django.utils.html import escape
 
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
 from dlqconsole.deadletters.payload import header_rows
-from dlqconsole.ingest.envelope import decode_table, parse_envelope
+from dlqconsole.ingest.amqp_decoding import decode_table
+from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 from tests.conftest import client_for
 from tests.hostile import HOSTILE_BODIES, HostileBody

@@ -21,7 +21,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
-from dlqconsole.ingest.consumer import DeadLetterConsumer, Delivery
+from dlqconsole.ingest.batch_writer import Delivery
+from dlqconsole.ingest.consumer import DeadLetterConsumer
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 from dlqconsole.ingest.services import ingest_batch

@@ -14,12 +14,8 @@ import pika
 from django.test import override_settings
 
 from dlqconsole.core import jsonsafe
-from dlqconsole.ingest.envelope import (
-    UNDECODABLE_HEADER,
-    decode_table,
-    install_tolerant_decoding,
-    parse_envelope,
-)
+from dlqconsole.ingest.amqp_decoding import UNDECODABLE_HEADER, decode_table, install_tolerant_decoding
+from dlqconsole.ingest.envelope import parse_envelope
 
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
 
