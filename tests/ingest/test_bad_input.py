@@ -9,7 +9,7 @@ Some byte sequences are built with a raw table encoder (pika cannot produce them
 refuses at publish time (NaN or infinite doubles, unknown field types: the publisher's connection is closed
 with INTERNAL_ERROR) never reaches a queue, so it is not a consumer's concern. What it accepts but stock pika
 cannot decode (a timestamp beyond the year 9999) tears down a stock pika consumer's connection and comes back
-forever; consume_dlq decodes it (see envelope.install_tolerant_decoding).
+forever; consume_dlq decodes it (see amqp_decoding.install_tolerant_decoding).
 """
 
 from __future__ import annotations
