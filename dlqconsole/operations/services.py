@@ -35,6 +35,7 @@ from dlqconsole.operations.destinations import (
     refused_destination,
     retry_destination,
 )
+from dlqconsole.operations.item_sql import busy_elsewhere, delete_dead_letters, finalize_cancelled
 from dlqconsole.operations.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -46,13 +47,8 @@ from dlqconsole.operations.models import (
     OperationStatus,
     eligible_statuses,
 )
-from dlqconsole.operations.runner import (
-    CUT_BODY,
-    busy_elsewhere,
-    delete_dead_letters,
-    finalize_cancelled,
-    run_operation,
-)
+from dlqconsole.operations.runner import run_operation
+from dlqconsole.operations.taking import CUT_BODY
 
 logger = logging.getLogger(__name__)
 

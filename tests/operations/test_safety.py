@@ -19,8 +19,8 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
+from dlqconsole.operations.item_sql import count_returned
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
-from dlqconsole.operations.runner import count_returned
 from dlqconsole.operations.services import (
     edit_and_retry,
     pause_operation,
