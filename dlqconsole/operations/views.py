@@ -30,7 +30,8 @@ from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partia
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
-from dlqconsole.operations import purged, services
+from dlqconsole.operations import planning, purged, services
+from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
     ItemStatus,
     Operation,
@@ -156,7 +157,7 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         context["error"] = "Canary size and limit must be whole numbers."
         return render(request, "operations/plan.html", context, status=400)
     try:
-        operation = services.plan_operation(
+        operation = planning.plan_operation(
             kind=kind,
             filter=chosen.to_dict(),
             actor=request.user,
@@ -493,7 +494,7 @@ def message_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponse("The form is missing its submission token; reload the page.", status=400)
     dead_letter = get_object_or_404(DeadLetter, pk=pk)
     try:
-        operation = services.retry_dead_letter(
+        operation = retry_dead_letter(
             dead_letter=dead_letter, actor=request.user, submission=submission, seen_status=request.POST.get("status")
         )
     except services.OperationError as problem:
