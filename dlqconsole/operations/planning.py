@@ -75,8 +75,8 @@ def plan_operation(
     target_queue, target_exchange = target_queue.strip(), target_exchange.strip()
     target_routing_key = target_routing_key.strip()
     for label, name in (("target queue", target_queue), ("target exchange", target_exchange)):
-        _check_amqp_name(label, name)
-    _check_amqp_name("routing key", target_routing_key)
+        check_amqp_name(label, name)
+    check_amqp_name("routing key", target_routing_key)
     if kind == OperationKind.MOVE:
         if bool(target_queue) == bool(target_exchange):
             raise OperationError("a move needs a target queue, or a target exchange and routing key (not both)")
@@ -98,14 +98,10 @@ def plan_operation(
             rate = str(parse_rate(rate))
         except ValueError as error:
             raise OperationError(str(error)) from None
-    if canary_size < 0:
-        raise OperationError("the canary size cannot be negative")
-    if canary_size > MAX_CANARY:
-        raise OperationError(f"the canary size must be at most {MAX_CANARY:,}")
+    check_canary_size(canary_size)
     if canary_size and kind not in PUBLISHING_KINDS:
         raise OperationError(f"a {kind} publishes nothing, so it has no canary")
-    if limit is not None and not 1 <= limit <= MAX_LIMIT:
-        raise OperationError(f"the limit must be between 1 and {MAX_LIMIT:,}")
+    check_limit(limit)
     wait = settings.DLQ_CANARY_WAIT_SECONDS if canary_wait_seconds is None else canary_wait_seconds
     if wait < 0:
         raise OperationError("the canary wait cannot be negative")
@@ -157,12 +153,29 @@ def plan_operation(
     return operation
 
 
-def _check_amqp_name(label: str, name: str) -> None:
-    """AMQP names are at most 255 bytes (so are the columns that keep them); PostgreSQL text holds no NUL."""
+def check_amqp_name(label: str, name: str) -> None:
+    """AMQP names are at most 255 bytes (so are the columns that keep them); PostgreSQL text holds no NUL.
+
+    The checks of a plan's single values are functions of their own so that the plan form (forms.PlanForm) answers
+    in the same words as a plan made by the admin or the `dlq` command."""
     if "\x00" in name:
         raise OperationError(f"the {label} cannot hold a NUL character")
     if len(name.encode("utf-8", "surrogatepass")) > 255:
         raise OperationError(f"the {label} is longer than 255 bytes, the most AMQP allows")
+
+
+def check_canary_size(canary_size: int) -> None:
+    """A canary is some messages, and fewer than MAX_CANARY."""
+    if canary_size < 0:
+        raise OperationError("the canary size cannot be negative")
+    if canary_size > MAX_CANARY:
+        raise OperationError(f"the canary size must be at most {MAX_CANARY:,}")
+
+
+def check_limit(limit: int | None) -> None:
+    """No limit, or one between 1 and MAX_LIMIT."""
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise OperationError(f"the limit must be between 1 and {MAX_LIMIT:,}")
 
 
 def _freeze(operation: Operation, matching: Any, *, limit: int | None) -> int:

@@ -31,6 +31,7 @@ from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
 from dlqconsole.operations import planning, purged, services
+from dlqconsole.operations.forms import PlanForm
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
     ItemStatus,
@@ -150,24 +151,12 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         return render(
             request, "operations/plan.html", context, status=400 if error and request.method == "POST" else 200
         )
-    try:
-        canary_size = int(query.get("canary_size") or 0)
-        limit = int(query["limit"]) if query.get("limit") else None
-    except ValueError:
-        context["error"] = "Canary size and limit must be whole numbers."
+    form = PlanForm(query)
+    if not form.is_valid():
+        context["error"] = form.problem()
         return render(request, "operations/plan.html", context, status=400)
     try:
-        operation = planning.plan_operation(
-            kind=kind,
-            filter=chosen.to_dict(),
-            actor=request.user,
-            target_queue=query.get("target_queue", "").strip(),
-            target_exchange=query.get("target_exchange", "").strip(),
-            target_routing_key=query.get("target_routing_key", "").strip(),
-            rate=query.get("rate", "").strip(),
-            canary_size=canary_size,
-            limit=limit,
-        )
+        operation = planning.plan_operation(kind=kind, filter=chosen.to_dict(), actor=request.user, **form.cleaned_data)
     except (services.OperationError, FilterError) as problem:
         context["error"] = str(problem)
         return render(request, "operations/plan.html", context, status=400)
