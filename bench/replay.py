@@ -136,7 +136,8 @@ def run_console(count: int, *, destination: str, rate: str = "") -> tuple[float,
     from django.utils import timezone
 
     from dlqconsole.operations.models import Operation
-    from dlqconsole.operations.services import plan_operation, run_operation
+    from dlqconsole.operations.planning import plan_operation
+    from dlqconsole.operations.services import run_operation
 
     operation = plan_operation(kind="retry", filter={"queue": [destination + ".dlq"]}, actor=None, rate=rate)
     assert operation.total == count, (operation.total, count)

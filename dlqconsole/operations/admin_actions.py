@@ -24,7 +24,8 @@ from dlqconsole.accounts.roles import has_role
 from dlqconsole.deadletters.filters import MAX_IDS
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
-from dlqconsole.operations.services import OperationError, plan_operation, required_role, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import OperationError, required_role, start_operation
 
 TEMPLATE = "admin/operations/operation_confirm.html"
 

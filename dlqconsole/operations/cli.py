@@ -19,12 +19,12 @@ from django.db import transaction
 
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.operations.models import FINISHED_STATUSES, Operation, OperationKind
+from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import (
     OperationError,
     cancel_operation,
     change_rate,
     pause_operation,
-    plan_operation,
     resume_operation,
     run_operation,
     start_operation,

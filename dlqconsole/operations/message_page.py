@@ -16,8 +16,9 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.deadletters.replays import ReplayRefused
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.operations.destinations import retry_destination
+from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import ALLOWED_STATUSES, ItemStatus, OperationItem, OperationKind
-from dlqconsole.operations.services import OperationError, edit_and_retry
+from dlqconsole.operations.services import OperationError
 
 
 class MessageReplays:

@@ -7,7 +7,7 @@ import math
 
 from dlqconsole.celery import app
 from dlqconsole.core.taskargs import CheckedTask, row_id
-from dlqconsole.operations import policies, services
+from dlqconsole.operations import policies, services, upkeep
 from dlqconsole.operations.models import Operation
 
 
@@ -22,7 +22,7 @@ def run_operation_task(operation_id: int) -> None:
 
 @app.task(name="operations.sweep_operations", base=CheckedTask)
 def sweep_operations() -> None:
-    services.requeue_stale_operations()
+    upkeep.requeue_stale_operations()
 
 
 @app.task(name="operations.schedule_new_dead_letters", base=CheckedTask)
@@ -37,4 +37,4 @@ def start_due_retries() -> None:
 
 @app.task(name="operations.delete_expired_archives", base=CheckedTask)
 def delete_expired_archives() -> None:
-    services.delete_expired_archives()
+    upkeep.delete_expired_archives()

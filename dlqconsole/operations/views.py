@@ -30,7 +30,9 @@ from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partia
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
-from dlqconsole.operations import purged, services
+from dlqconsole.operations import planning, purged, services
+from dlqconsole.operations.forms import PlanForm
+from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
     ItemStatus,
     Operation,
@@ -149,24 +151,12 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         return render(
             request, "operations/plan.html", context, status=400 if error and request.method == "POST" else 200
         )
-    try:
-        canary_size = int(query.get("canary_size") or 0)
-        limit = int(query["limit"]) if query.get("limit") else None
-    except ValueError:
-        context["error"] = "Canary size and limit must be whole numbers."
+    form = PlanForm(query)
+    if not form.is_valid():
+        context["error"] = form.problem()
         return render(request, "operations/plan.html", context, status=400)
     try:
-        operation = services.plan_operation(
-            kind=kind,
-            filter=chosen.to_dict(),
-            actor=request.user,
-            target_queue=query.get("target_queue", "").strip(),
-            target_exchange=query.get("target_exchange", "").strip(),
-            target_routing_key=query.get("target_routing_key", "").strip(),
-            rate=query.get("rate", "").strip(),
-            canary_size=canary_size,
-            limit=limit,
-        )
+        operation = planning.plan_operation(kind=kind, filter=chosen.to_dict(), actor=request.user, **form.cleaned_data)
     except (services.OperationError, FilterError) as problem:
         context["error"] = str(problem)
         return render(request, "operations/plan.html", context, status=400)
@@ -493,7 +483,7 @@ def message_retry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return HttpResponse("The form is missing its submission token; reload the page.", status=400)
     dead_letter = get_object_or_404(DeadLetter, pk=pk)
     try:
-        operation = services.retry_dead_letter(
+        operation = retry_dead_letter(
             dead_letter=dead_letter, actor=request.user, submission=submission, seen_status=request.POST.get("status")
         )
     except services.OperationError as problem:

@@ -132,7 +132,7 @@ def test_message_and_pattern_pages_link_to_their_audit_entries(viewer: User) -> 
 def test_a_patterns_audit_link_also_shows_every_row_of_the_operations_whose_filter_named_it(
     viewer: User, operator: User
 ) -> None:
-    from dlqconsole.operations.services import plan_operation
+    from dlqconsole.operations.planning import plan_operation
     from tests.deadletters.page_world import many
 
     mine = many(1, error="Request timed out after 3000ms")[0].pattern_id

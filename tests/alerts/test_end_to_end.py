@@ -24,7 +24,8 @@ from dlqconsole.alerts.defaults import install_default_rules
 from dlqconsole.alerts.models import AlertRule, Channel, EvaluationState, Notification
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest.topology import declare_queue_topology
-from dlqconsole.operations.services import plan_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import start_operation
 from tests.alerts.conftest import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

@@ -251,7 +251,7 @@ def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -
 
 def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched: Watched) -> None:
     """htmx swaps the 409 fragment that explains a refused control (it swaps only 2xx replies by default)."""
-    from dlqconsole.operations.services import plan_operation
+    from dlqconsole.operations.planning import plan_operation
 
     (stored,) = ingest(letter(queue="payments"))
     operation = plan_operation(kind="retry", filter={"queue": [stored.source_queue]}, actor=operator)
@@ -272,7 +272,7 @@ def test_admin_types_the_count_to_start_a_purge_and_discards_a_plan_after_a_conf
 ) -> None:
     """Start on a purge deletes for good: the number of messages must be typed first (a wrong one is refused in
     place, nothing deleted). Discarding a plan asks in its own words."""
-    from dlqconsole.operations.services import plan_operation
+    from dlqconsole.operations.planning import plan_operation
 
     stored = ingest(*(letter(queue="refunds", error="refund rejected by provider") for _ in range(3)))
     ids = [row.pk for row in stored]

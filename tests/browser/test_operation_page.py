@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from dlqconsole.operations.models import Operation, OperationStatus
-from dlqconsole.operations.services import plan_operation
+from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import log_in
 from tests.deadletters.page_world import many
 

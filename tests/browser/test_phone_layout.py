@@ -28,7 +28,7 @@ from dlqconsole.alerts.models import (
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.operations.models import Operation
-from dlqconsole.operations.services import plan_operation
+from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import SCREENSHOTS, Watched, log_in
 from tests.deadletters.page_world import ingest, letter
 

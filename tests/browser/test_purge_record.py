@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.operations.services import plan_operation
+from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
 from tests.deadletters.page_world import ingest, letter
 

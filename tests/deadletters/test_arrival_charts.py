@@ -13,7 +13,9 @@ from django.utils import timezone
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation, OperationKind
-from dlqconsole.operations.services import delete_expired_archives, plan_operation, run_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation, start_operation
+from dlqconsole.operations.upkeep import delete_expired_archives
 from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter, many
 

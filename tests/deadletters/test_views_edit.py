@@ -14,8 +14,8 @@ from django.db import connection as db_connection
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
+from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import Operation
-from dlqconsole.operations.services import edit_and_retry
 from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter
 

@@ -216,7 +216,7 @@ def test_a_patterns_waiting_count_links_to_exactly_the_dead_letters_it_counts(vi
 
 def test_dashboard_running_operations_count_only_what_was_done_as_done(viewer_client: Client, operator: User) -> None:
     from dlqconsole.operations.models import Operation, OperationStatus
-    from dlqconsole.operations.services import plan_operation
+    from dlqconsole.operations.planning import plan_operation
 
     many(10)
     operation = plan_operation(kind="retry", filter={}, actor=operator)

@@ -13,7 +13,9 @@ from django.db import DatabaseError
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import OperationKind
-from dlqconsole.operations.services import delete_expired_archives, plan_operation, run_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation, start_operation
+from dlqconsole.operations.upkeep import delete_expired_archives
 from tests.operations.conftest import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db]

@@ -15,9 +15,10 @@ from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 from dlqconsole.operations.models import ItemStatus, OperationKind, RetryPolicy
+from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.policies import schedule_new_dead_letters
-from dlqconsole.operations.runner import CUT_BODY
-from dlqconsole.operations.services import plan_operation, run_operation, start_operation
+from dlqconsole.operations.services import run_operation, start_operation
+from dlqconsole.operations.taking import CUT_BODY
 from tests.conftest import client_for
 from tests.operations.conftest import declare_with_dlq, drain
 

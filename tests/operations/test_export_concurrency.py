@@ -18,7 +18,8 @@ from dlqconsole.core.leases import get_leases
 from dlqconsole.deadletters import exports
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
-from dlqconsole.operations.services import plan_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import start_operation
 from tests.conftest import client_for
 from tests.deadletters.export_world import clear_export_leases
 from tests.deadletters.page_world import many

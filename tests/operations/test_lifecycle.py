@@ -10,18 +10,17 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
+from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import (
     OperationError,
     cancel_operation,
     change_rate,
-    delete_expired_archives,
     pause_operation,
-    plan_operation,
-    requeue_stale_operations,
     resume_operation,
     run_operation,
     start_operation,
 )
+from dlqconsole.operations.upkeep import delete_expired_archives, requeue_stale_operations
 from tests.operations.conftest import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from dlqconsole.operations.models import OperationKind
-from dlqconsole.operations.services import plan_operation
+from dlqconsole.operations.planning import plan_operation
 from tests.operations.conftest import declare_with_dlq, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db

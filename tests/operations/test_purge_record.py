@@ -20,7 +20,8 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.services import delete_expired_audit_entries
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationStatus, PurgedDeadLetter
-from dlqconsole.operations.services import plan_operation, run_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation
 from tests.conftest import client_for
 from tests.operations.conftest import synthetic_dead_letters
 

@@ -34,9 +34,11 @@ from dlqconsole.core import replay_guard
 from dlqconsole.core.amqp import connect, connection_parameters
 from dlqconsole.core.publish import UNSENDABLE, ConfirmedPublisher, Message
 from dlqconsole.deadletters.models import DeadLetter
+from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, RetryPolicy
+from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.policies import schedule_new_dead_letters, start_due_retries
-from dlqconsole.operations.services import OperationError, edit_and_retry, plan_operation, run_operation
+from dlqconsole.operations.services import OperationError, run_operation
 from tests.conftest import client_for
 from tests.operations.conftest import drain, ingest_from
 

@@ -10,7 +10,8 @@ from django.conf import settings
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.operations.models import ItemStatus, OperationKind, OperationStatus
-from dlqconsole.operations.services import plan_operation, run_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation, start_operation
 from tests.alerts.conftest import settle
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 

@@ -19,16 +19,11 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
+from dlqconsole.operations.item_sql import count_returned
+from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
-from dlqconsole.operations.runner import count_returned
-from dlqconsole.operations.services import (
-    edit_and_retry,
-    pause_operation,
-    plan_operation,
-    resume_operation,
-    run_operation,
-    start_operation,
-)
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import pause_operation, resume_operation, run_operation, start_operation
 from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,8 @@ from pytest_django import Settings
 
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
-from dlqconsole.operations.services import plan_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import start_operation
 from dlqconsole.operations.tasks import (
     delete_expired_archives,
     run_operation_task,

@@ -14,7 +14,8 @@ from django.utils.html import escape
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationStatus
-from dlqconsole.operations.services import plan_operation, run_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation
 from tests.conftest import client_for
 from tests.deadletters.page_world import many
 

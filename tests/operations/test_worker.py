@@ -13,7 +13,9 @@ from django.db.models import Max, Min
 
 from dlqconsole.deadletters.models import DeadLetterCount
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
-from dlqconsole.operations.services import plan_operation, requeue_stale_operations, run_operation, start_operation
+from dlqconsole.operations.planning import plan_operation
+from dlqconsole.operations.services import run_operation, start_operation
+from dlqconsole.operations.upkeep import requeue_stale_operations
 from tests.operations.conftest import declare_with_dlq, ingest_from, synthetic_dead_letters, wait_for_depth
 from tests.operations.probe_celery import make_app
 

@@ -1,0 +1,103 @@
+"""Watching what a run published: the canary's wait and verdict, replays that came back to a dead-letter queue (a
+pause on too many), and finishing the operation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from django.utils import timezone
+
+from dlqconsole.accounts.services import record_audit
+from dlqconsole.operations.item_sql import count_returned
+from dlqconsole.operations.models import ACTIVE_STATUSES, Operation, OperationStatus
+from dlqconsole.operations.run_state import RunState
+
+# Look for replays that came back at most this often (a query over recent arrivals).
+RETURN_CHECK_SECONDS = 2.0
+# A share of returns means little before this many replays.
+RETURN_SHARE_MIN_SAMPLE = 20
+# Waiting in process (without continue_later), the longest sleep between two heartbeats.
+TICK_SECONDS = 2.0
+# During a canary's wait, how often its messages are looked for in the dead-letter queues.
+CANARY_LOOK_SECONDS = 2.0
+
+
+class CanarySteps(RunState):
+    """The canary, the returns and the finish of OperationRunner."""
+
+    def _start_canary_wait(self) -> None:
+        operation = Operation.objects.get(pk=self.operation_id)
+        until = timezone.now() + dt.timedelta(seconds=operation.canary_wait_seconds)
+        Operation.objects.filter(pk=self.operation_id, runner=self.token).update(canary_until=until)
+
+    def _canary_waited(self, operation: Operation) -> bool:
+        """Judge the canary: failed as soon as one of its messages comes back (or could not be published),
+        passed once its wait is over without that. False when the runner should stop for now.
+
+        A resume after a pause during the wait comes back here: the watch goes on until `canary_until`, and a
+        pause that outlasted it leaves the canary judged at once."""
+        assert operation.canary_until is not None
+        returned = self._check_returns(force=True)
+        if returned or operation.failed:
+            parts = []
+            if returned:
+                parts.append(f"{returned} came back to a dead-letter queue within {operation.canary_wait_seconds}s")
+            if operation.failed:
+                parts.append(f"{operation.failed} could not be published ({operation.last_error})")
+            self._pause(f"canary of {operation.canary_size}: " + "; ".join(parts), canary_failed=True)
+            return True
+        remaining = (operation.canary_until - timezone.now()).total_seconds()
+        if remaining > 0:
+            # Look again soon: a canary that comes back stops the operation then, not at the end of the wait.
+            if self.continue_later is not None:
+                self.continue_later(min(remaining, CANARY_LOOK_SECONDS))
+                return False
+            time.sleep(min(remaining, TICK_SECONDS, CANARY_LOOK_SECONDS))
+            return self._heartbeat()
+        Operation.objects.filter(pk=self.operation_id, status=OperationStatus.CANARY).update(
+            status=OperationStatus.RUNNING, canary_passed=True
+        )
+        return True
+
+    def _check_returns(self, *, force: bool, may_pause: bool = True) -> int:
+        """Count our replays that died again (linked by ingest through `previous`), each once; pause on too many."""
+        if not force and time.monotonic() - self.last_return_check < RETURN_CHECK_SECONDS:
+            return 0
+        self.last_return_check = time.monotonic()
+        operation = Operation.objects.get(pk=self.operation_id)
+        if not operation.publishes or operation.started_at is None:
+            return 0
+        returned = count_returned(operation=operation)
+        Operation.objects.filter(pk=self.operation_id).update(returned=returned)
+        published = max(operation.succeeded, self.succeeded_at_start + self.confirmed) - operation.succeeded_baseline
+        fresh = returned - operation.returned_baseline
+        if (
+            may_pause
+            and operation.status == OperationStatus.RUNNING
+            and published >= RETURN_SHARE_MIN_SAMPLE
+            and fresh > operation.max_return_share * published
+        ):
+            self._pause(
+                f"{fresh} of {published} replayed messages came back to a dead-letter queue "
+                f"(more than {operation.max_return_share:.0%})"
+            )
+        return returned
+
+    def _finish(self, operation: Operation) -> None:
+        now = timezone.now()
+        if operation.publishes:
+            self._check_returns(force=True, may_pause=False)
+        finished = Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES, runner=self.token).update(
+            status=OperationStatus.DONE, finished_at=now, in_flight=0, heartbeat_at=now
+        )
+        if finished:
+            operation.refresh_from_db()
+            record_audit(
+                actor=None,
+                action=f"operation.{operation.kind}.done",
+                target=f"operation:{operation.pk}",
+                filter=operation.filter,
+                count=operation.succeeded,
+                detail=f"succeeded {operation.succeeded}, failed {operation.failed}, skipped {operation.skipped}",
+            )
