@@ -20,7 +20,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR
 from dlqconsole.core.views import HtmxHttpRequest, partial_template
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, FailureReason, PatternStatus
-from dlqconsole.deadletters.services import SplitPreview
+from dlqconsole.deadletters.rule_services import SplitPreview
 from dlqconsole.deadletters.views.listing import known_queues, query_without
 
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).

@@ -23,15 +23,13 @@ from dlqconsole.accounts.roles import OPERATOR, require_role
 from dlqconsole.core.views import HtmxHttpRequest, parse_id, safe_next
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetterCount, FailurePattern
+from dlqconsole.deadletters.rule_services import split_pattern, split_preview, validate_rule
 from dlqconsole.deadletters.services import (
     PatternError,
     assign_pattern,
     merge_patterns,
     merge_warnings,
     set_pattern_status,
-    split_pattern,
-    split_preview,
-    validate_rule,
 )
 from dlqconsole.deadletters.views.patterns import (
     PATTERN_ACTIONS,
