@@ -26,7 +26,7 @@ from django.db.models import F
 from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
 from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, patterns_of_cluster
-from dlqconsole.deadletters.grouping.mining import is_wildcard
+from dlqconsole.deadletters.grouping.vocabulary import is_wildcard
 from dlqconsole.deadletters.models import (
     FailurePattern,
     Fingerprint,
