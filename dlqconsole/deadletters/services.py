@@ -8,6 +8,7 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - set_pattern_status(*, pattern, status, actor, note="") -> FailurePattern
 - assign_pattern(*, pattern, owner, actor, note=None) -> FailurePattern      (owner None: nobody)
 - set_pattern_note(*, pattern, note, actor) -> FailurePattern
+- owner_refusal(owner) -> str                                               (why they cannot own one; "": they can)
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
 - merge_warnings(*, target, sources) -> list[str]                          (what differs, for a preview)
 
@@ -108,11 +109,20 @@ def assign_pattern(
     *, pattern: FailurePattern, owner: Any, actor: Actor, note: str | None = None, now: dt.datetime | None = None
 ) -> FailurePattern:
     """Give a pattern an owner (None: nobody) and, when `note` is given, replace its note."""
-    if owner is not None and not getattr(owner, "is_active", False):
-        raise PatternError(f"{owner} is not an active user and cannot own a pattern.")
-    if owner is not None and not has_role(owner, OPERATOR):
-        raise PatternError(f"{owner} may only read (viewer) and cannot own a pattern; owners act on it.")
+    refusal = owner_refusal(owner) if owner is not None else ""
+    if refusal:
+        raise PatternError(refusal)
     return _change_owner_or_note(pattern=pattern, owner=owner, change_owner=True, note=note, actor=actor, now=now)
+
+
+def owner_refusal(owner: Any) -> str:
+    """Why a user cannot own a pattern ("" when they can): owners act on it, so only active operators and admins
+    may. The pattern page's form asks it too, to refuse the choice before anything is saved."""
+    if not getattr(owner, "is_active", False):
+        return f"{owner} is not an active user and cannot own a pattern."
+    if not has_role(owner, OPERATOR):
+        return f"{owner} may only read (viewer) and cannot own a pattern; owners act on it."
+    return ""
 
 
 def set_pattern_note(

@@ -5,12 +5,10 @@ redirect back."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -20,8 +18,15 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from dlqconsole.accounts.roles import OPERATOR, require_role
-from dlqconsole.core.views import HtmxHttpRequest, parse_id, safe_next
+from dlqconsole.core.views import HtmxHttpRequest, safe_next
 from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.forms import (
+    PatternAssignForm,
+    PatternMergeForm,
+    PatternSplitForm,
+    PatternStatusForm,
+    error_text,
+)
 from dlqconsole.deadletters.models import DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.rule_services import split_pattern, split_preview, validate_rule
 from dlqconsole.deadletters.services import (
@@ -39,6 +44,9 @@ from dlqconsole.deadletters.views.patterns import (
     row_paths,
     split_form,
 )
+
+# The split card's fields, kept as typed when the card comes back with a problem.
+SPLIT_FIELDS = ("name", "regex", "header")
 
 
 def _back(request: HtmxHttpRequest, fallback: str) -> str:
@@ -93,19 +101,24 @@ def pattern_detail_fragment(request: HtmxHttpRequest, pattern: FailurePattern, *
 def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern, pk=pk)
-    status = request.POST.get("status", "")
+    form = PatternStatusForm(request.POST)
     back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
-    try:
-        set_pattern_status(pattern=pattern, status=status, actor=request.user)
-    except PatternError as problem:
-        messages.error(request, str(problem))
+    problem = "" if form.is_valid() else error_text(form)
+    fragment = form.cleaned_data.get("fragment") or "row"
+    if not problem:
+        try:
+            set_pattern_status(pattern=pattern, status=form.cleaned_data["status"], actor=request.user)
+        except PatternError as refusal:
+            problem = str(refusal)
+    if problem:
+        messages.error(request, problem)
         if request.htmx:
             # The row as it is; the error travels with it into the page's flash list.
-            return _pattern_fragment(request, pattern, back_url=back_url, fragment=request.POST.get("fragment", "row"))
+            return _pattern_fragment(request, pattern, back_url=back_url, fragment=fragment)
         return redirect(back_url)
     pattern.refresh_from_db()
     if request.htmx:
-        return _pattern_fragment(request, pattern, back_url=back_url, fragment=request.POST.get("fragment", "row"))
+        return _pattern_fragment(request, pattern, back_url=back_url, fragment=fragment)
     messages.success(request, f"Pattern #{pattern.pk} is now {pattern.get_status_display().lower()}.")
     return redirect(back_url)
 
@@ -114,45 +127,30 @@ def pattern_status_change(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def pattern_assign(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern, pk=pk)
+    form = PatternAssignForm(request.POST, user=request.user)
     back_url = _back(request, reverse("deadletters:pattern", args=[pattern.pk]))
-    owner: Any
-    if "owner" in request.POST:
-        chosen = request.POST["owner"]
-        owner_id = parse_id(chosen)
-        owner = get_user_model().objects.filter(pk=owner_id).first() if owner_id is not None else None
-        if chosen and owner is None:
-            messages.error(request, "That user does not exist.")
-            return redirect(back_url)
-    else:  # the older form: a tick box "I own this"
-        owner = request.user if request.POST.get("take") else None
-    if "\x00" in request.POST.get("note", ""):
-        messages.error(request, "The note cannot hold a NUL character.")
-        return redirect(back_url)
-    try:
-        assign_pattern(pattern=pattern, owner=owner, note=request.POST.get("note", pattern.note), actor=request.user)
-    except PatternError as problem:
-        messages.error(request, str(problem))
+    problem = "" if form.is_valid() else error_text(form)
+    if not problem:
+        try:
+            assign_pattern(
+                pattern=pattern,
+                owner=form.cleaned_data["owner"],
+                note=form.cleaned_data["note"],
+                actor=request.user,
+            )
+        except PatternError as refusal:
+            problem = str(refusal)
+    if problem:
+        messages.error(request, problem)
+        if request.htmx:
+            # The card as it is; the error travels with it into the page's flash list.
+            return _pattern_fragment(request, pattern, back_url=back_url, fragment="summary")
         return redirect(back_url)
     pattern.refresh_from_db()
     messages.success(request, f"Pattern #{pattern.pk} saved.")  # shown in place after an htmx save too
     if request.htmx:
         return _pattern_fragment(request, pattern, back_url=back_url, fragment="summary")
     return redirect(back_url)
-
-
-def _pattern_numbers(values: list[str]) -> set[int]:
-    """Pattern numbers typed or ticked ('12, #15 31'); ValueError naming the first token that is not one."""
-    numbers = set()
-    for value in values:
-        for token in re.split(r"[\s,;]+", value.strip()):
-            token = token.lstrip("#")
-            if not token:
-                continue
-            # A pattern id is a bigint: more digits than that is no pattern (and no database query).
-            if not (token.isascii() and token.isdigit()) or len(token) > 18:
-                raise ValueError(f"“{token[:40]}” is not a pattern number; nothing was merged.")
-            numbers.add(int(token))
-    return numbers
 
 
 @require_http_methods(["GET", "POST"])
@@ -165,20 +163,17 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
         messages.info(request, "Tick the patterns to merge again: a merge preview is not kept.")
         return redirect("deadletters:patterns")
     back_url = _back(request, reverse("deadletters:patterns"))
-    try:
-        chosen = _pattern_numbers(request.POST.getlist("sources"))
-        typed = _pattern_numbers([request.POST.get("target", "")])
-        if len(typed) > 1:
-            raise ValueError("Merge into one pattern: type a single pattern number as the target.")
-        # No target chosen: the ticked pattern with the most dead letters (its template, triage and history stay).
-        busiest = (
-            FailurePattern.objects.filter(pk__in=chosen).order_by("-total_count", "pk").values_list("pk", flat=True)
-        )
-        target_id = next(iter(typed)) if typed else busiest.first()
-        if target_id is None:
-            raise ValueError("Choose the patterns to merge (pattern numbers) and the one to merge them into.")
-    except ValueError as problem:
-        messages.error(request, str(problem))
+    form = PatternMergeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, error_text(form))
+        return redirect(back_url)
+    chosen: set[int] = form.cleaned_data["sources"]
+    # No target chosen: the ticked pattern with the most dead letters (its template, triage and history stay).
+    busiest = FailurePattern.objects.filter(pk__in=chosen).order_by("-total_count", "pk").values_list("pk", flat=True)
+    typed: int | None = form.cleaned_data["target"]
+    target_id = typed if typed is not None else busiest.first()
+    if target_id is None:
+        messages.error(request, "Choose the patterns to merge (pattern numbers) and the one to merge them into.")
         return redirect(back_url)
     target = get_object_or_404(FailurePattern.objects.select_related("merged_into"), pk=target_id)
     sources = list(FailurePattern.objects.filter(pk__in=chosen - {target_id}).order_by("pk"))
@@ -191,8 +186,8 @@ def pattern_merge(request: HtmxHttpRequest) -> HttpResponse:
         return redirect(back_url)
     # The preview's Merge button names the target it was made for: a target chosen on the page since is previewed
     # first (its count and warnings were never shown), not merged into.
-    previewed = request.POST.get("previewed", "")
-    if request.POST.get("action") != "merge" or (previewed and previewed != str(target.pk)):
+    previewed = form.cleaned_data["previewed"]
+    if form.cleaned_data["action"] != "merge" or (previewed is not None and previewed != target.pk):
         blocked = [pattern for pattern in [target, *sources] if pattern.merged_into_id is not None]
         context = {
             "target": target,
@@ -224,11 +219,15 @@ def pattern_split(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     the expression over up to SPLIT_PREVIEW_LIMIT dead letters, which no link from another site may start."""
     require_role(request.user, OPERATOR)
     pattern = get_object_or_404(FailurePattern.objects.select_related("owner", "merged_into"), pk=pk)
-    name = request.POST.get("name", "").strip()
-    regex = request.POST.get("regex", "")
-    header = request.POST.get("header", "").strip()
+    form = PatternSplitForm(request.POST)
+    if not form.is_valid():
+        # The card keeps what was typed, a field the form refused as it came.
+        name, regex, header = (str(form.cleaned_data.get(field, form.data.get(field, ""))) for field in SPLIT_FIELDS)
+        typed = split_form(name=name, regex=regex, header=header, problem=error_text(form))
+        return _split_page(request, pattern, typed)
+    name, regex, header = form.cleaned_data["name"], form.cleaned_data["regex"], form.cleaned_data["header"]
     try:
-        if request.POST.get("action") != "split":
+        if form.cleaned_data["action"] != "split":
             if pattern.merged_into_id is not None:
                 raise PatternError(f"Pattern #{pattern.pk} was merged into #{pattern.merged_into_id}; use that one.")
             validate_rule(name=name, regex=regex, header=header)
