@@ -230,6 +230,7 @@ CONTROL_TASKS = (
     "operations.schedule_new_dead_letters",
     "operations.start_due_retries",
     "deadletters.delete_expired_exports",
+    "deadletters.prune_arrival_counts",
     "accounts.prune_audit",
 )
 CELERY_TASK_ROUTES = {name: {"queue": DLQ_CONTROL_QUEUE} for name in CONTROL_TASKS}
@@ -246,8 +247,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
-# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives
-# and old export files.
+# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives,
+# old export files and the dashboard's old arrival counts.
 CELERY_BEAT_SCHEDULE |= {
     "operations-sweep": {"task": "operations.sweep_operations", "schedule": 15.0},
     "operations-schedule-retries": {"task": "operations.schedule_new_dead_letters", "schedule": 5.0},
@@ -257,9 +258,14 @@ CELERY_BEAT_SCHEDULE |= {
         "schedule": 3600.0,
         "options": {"expires": 1800},
     },
-    # Deletes expired export files and prunes the dashboard's per-minute arrival counts.
     "deadletters-export-retention": {
         "task": "deadletters.delete_expired_exports",
+        "schedule": 3600.0,
+        "options": {"expires": 1800},
+    },
+    # Prunes the per-minute and per-hour arrival counts past every chart's window.
+    "deadletters-arrival-retention": {
+        "task": "deadletters.prune_arrival_counts",
         "schedule": 3600.0,
         "options": {"expires": 1800},
     },

@@ -19,7 +19,8 @@ from django.utils.html import format_html
 from dlqconsole.accounts.admin import AuditedModelAdmin
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.deadletters.models import FingerprintRule
-from dlqconsole.deadletters.services import PatternError, delete_fingerprint_rule, save_fingerprint_rule, validate_rule
+from dlqconsole.deadletters.rule_services import delete_fingerprint_rule, save_fingerprint_rule, validate_rule
+from dlqconsole.deadletters.services import PatternError
 
 
 class FingerprintRuleForm(forms.ModelForm[FingerprintRule]):

@@ -33,7 +33,12 @@ def write_export_task(*, token: str, filter: dict[str, Any], export_format: str)
 
 @app.task(name="deadletters.delete_expired_exports", base=CheckedTask)
 def delete_expired_exports_task() -> int:
-    """The app's hourly retention (beat's deadletters-export-retention): old export files, and arrival counts
-    past every chart's window. Returns how many export files went."""
-    prune_arrival_counts()
+    """The hourly retention of export files (beat's deadletters-export-retention). Returns how many went."""
     return exports.delete_expired_exports()
+
+
+@app.task(name="deadletters.prune_arrival_counts", base=CheckedTask)
+def prune_arrival_counts_task() -> int:
+    """The hourly retention of arrival counts past every chart's window (beat's deadletters-arrival-retention).
+    Returns how many rows went."""
+    return prune_arrival_counts()

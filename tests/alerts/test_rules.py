@@ -185,7 +185,7 @@ def test_new_pattern_resolves_when_its_dead_letters_are_gone_and_old_patterns_ne
 
 
 def test_patterns_named_by_a_person_are_not_new(operator) -> None:  # type: ignore[no-untyped-def]
-    from dlqconsole.deadletters.services import split_pattern
+    from dlqconsole.deadletters.rule_services import split_pattern
 
     letters = ingest(2, queue="orders.dlq", message="user alice not found", error_type="LookupError")
     letters += ingest(1, queue="orders.dlq", message="user svc-import not found", error_type="LookupError")

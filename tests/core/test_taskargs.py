@@ -17,6 +17,7 @@ def test_every_task_of_the_console_checks_its_arguments() -> None:
     assert {
         "deadletters.write_export",
         "deadletters.delete_expired_exports",
+        "deadletters.prune_arrival_counts",
         "operations.run_operation",
         "operations.sweep_operations",
         "operations.schedule_new_dead_letters",

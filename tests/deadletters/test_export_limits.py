@@ -18,7 +18,8 @@ from pytest_django import Settings
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core.leases import get_leases
-from dlqconsole.deadletters import exports, views
+from dlqconsole.deadletters import exports
+from dlqconsole.deadletters.views import messages as message_views
 from tests.conftest import client_for
 from tests.deadletters.export_world import clear_export_leases
 from tests.deadletters.page_world import many
@@ -100,7 +101,7 @@ def test_a_streamed_export_closed_before_its_end_frees_its_place(viewer: User, e
     # Straight from the view, as a WSGI server gets it (the test client wraps the content in its own closing).
     request = RequestFactory().get("/messages/export/", {"format": "csv"})
     request.user = viewer
-    first, second = views.message_export(request), views.message_export(request)  # type: ignore[arg-type]
+    first, second = message_views.message_export(request), message_views.message_export(request)  # type: ignore[arg-type]
     assert len(get_leases().holders(exports.user_pool(viewer.pk))) == 2
     # The header goes out, then the client goes away.
     next(iter(first.streaming_content))  # type: ignore[attr-defined]

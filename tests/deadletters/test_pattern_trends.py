@@ -20,7 +20,8 @@ from dlqconsole.deadletters.models import (
     FailurePattern,
     PatternArrivalCount,
 )
-from dlqconsole.deadletters.services import merge_patterns, split_pattern
+from dlqconsole.deadletters.rule_services import split_pattern
+from dlqconsole.deadletters.services import merge_patterns
 from dlqconsole.operations.models import OperationKind
 from tests.conftest import client_for
 from tests.deadletters.page_world import ingest, letter

@@ -9,14 +9,13 @@ from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule, PatternEvent, PatternOrigin
-from dlqconsole.deadletters.services import (
-    PatternError,
+from dlqconsole.deadletters.rule_services import (
     delete_fingerprint_rule,
-    merge_patterns,
     save_fingerprint_rule,
     split_pattern,
     split_preview,
 )
+from dlqconsole.deadletters.services import PatternError, merge_patterns
 from tests.conftest import client_for
 from tests.deadletters.conftest import Ingest, assert_counts_exact
 

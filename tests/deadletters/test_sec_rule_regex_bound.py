@@ -8,10 +8,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.deadletters import services
+from dlqconsole.deadletters import rule_services
 from dlqconsole.deadletters.grouping import rules
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule
-from dlqconsole.deadletters.services import PatternError, save_fingerprint_rule, split_pattern, split_preview
+from dlqconsole.deadletters.rule_services import save_fingerprint_rule, split_pattern, split_preview
+from dlqconsole.deadletters.services import PatternError
 from tests.conftest import client_for
 from tests.deadletters.conftest import Ingest
 
@@ -26,7 +27,7 @@ HOSTILE = "a" * 60 + "b"
 def unprobed(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if the rule had been saved before expressions were probed when saved (or were slow only on real texts
     the probes do not resemble): the bounds at search time must hold on their own."""
-    monkeypatch.setattr(services, "_refuse_catastrophic", lambda expression: None)
+    monkeypatch.setattr(rule_services, "_refuse_catastrophic", lambda expression: None)
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +87,7 @@ def test_a_split_that_takes_too_long_in_all_is_refused(
     ingest: Ingest, operator: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (first, _) = ingest("user alice not found", "user bob not found")
-    monkeypatch.setattr(services, "SPLIT_TIME_LIMIT", -1.0)
+    monkeypatch.setattr(rule_services, "SPLIT_TIME_LIMIT", -1.0)
     pattern = FailurePattern.objects.get(pk=first.pattern_id)
 
     with pytest.raises(PatternError, match="took longer than"):

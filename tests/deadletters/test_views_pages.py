@@ -15,10 +15,11 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from dlqconsole import dashboard
-from dlqconsole.deadletters import selectors, views
+from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.counters import add_counts
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus, FailurePattern
+from dlqconsole.deadletters.views import messages as message_views
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import settle
 from tests.deadletters.page_world import ingest, letter, many
@@ -488,8 +489,8 @@ def test_a_search_that_runs_too_long_is_stopped_and_explained(
             cursor.execute("SELECT pg_sleep(2)")
         raise AssertionError("the time limit did not stop the query")
 
-    monkeypatch.setattr(views, "PAGE_QUERY_TIMEOUT_MS", 50)
-    monkeypatch.setattr(views, "keyset_page", slow_page)
+    monkeypatch.setattr(message_views, "PAGE_QUERY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(message_views, "keyset_page", slow_page)
 
     response = viewer_client.get("/messages/?text=anything", headers=HX)
 

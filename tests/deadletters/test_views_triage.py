@@ -339,7 +339,7 @@ def test_an_owner_in_other_digits_is_refused_not_a_server_error(operator: User) 
     ]
 
     assert [response.status_code for response in responses] == [302, 302]
-    assert "That user does not exist." in client.get(responses[0]["Location"]).content.decode()
+    assert escape("“²” is not a user's number") in client.get(responses[0]["Location"]).content.decode()
     assert FailurePattern.objects.get(pk=stored.pattern_id).owner_id is None
 
 

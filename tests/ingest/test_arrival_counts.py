@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
+from dlqconsole.celery import app
 from dlqconsole.deadletters.counters import arrival_minute, prune_arrival_counts
 from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, ArrivalCount
-from dlqconsole.deadletters.tasks import delete_expired_exports_task
+from dlqconsole.deadletters.tasks import delete_expired_exports_task, prune_arrival_counts_task
 from dlqconsole.ingest.services import ingest_batch
 from tests.deadletters.page_world import letter
 from tests.ingest.conftest import DeadLetterQueue, publish_dead_letters
@@ -91,8 +93,32 @@ def test_the_hourly_retention_prunes_arrival_counts_past_the_charts_window() -> 
     for moment in (old, kept, now):
         ingest_batch(letters=[letter()], now=moment)
 
-    delete_expired_exports_task()
+    assert prune_arrival_counts_task() == 1
 
     assert set(ArrivalCount.objects.values_list("minute", flat=True)) == {arrival_minute(kept), arrival_minute(now)}
     assert prune_arrival_counts(now=now + dt.timedelta(minutes=5)) == 1
     assert list(ArrivalCount.objects.values_list("minute", flat=True)) == [arrival_minute(now)]
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+@time_machine.travel(dt.datetime(2026, 11, 26, 9, 30, tzinfo=dt.UTC), tick=False)
+def test_the_export_retention_deletes_export_files_only() -> None:
+    old = timezone.now() - ARRIVAL_COUNT_RETENTION - dt.timedelta(minutes=2)
+    ingest_batch(letters=[letter()], now=old)
+
+    delete_expired_exports_task()
+
+    assert list(ArrivalCount.objects.values_list("minute", flat=True)) == [arrival_minute(old)]
+
+
+def test_beat_runs_the_arrival_count_retention_hourly_on_the_control_queue() -> None:
+    app.loader.import_default_modules()
+    entries = [
+        entry for entry in settings.CELERY_BEAT_SCHEDULE.values() if entry["task"] == "deadletters.prune_arrival_counts"
+    ]
+
+    assert [entry["schedule"] for entry in entries] == [3600.0]
+    assert "deadletters.prune_arrival_counts" in settings.CONTROL_TASKS
+    route = app.amqp.router.route({}, "deadletters.prune_arrival_counts", (), {})
+    assert route["queue"].name == settings.DLQ_CONTROL_QUEUE

@@ -128,8 +128,8 @@ def _ensure_rules(rules: list[CompiledRule], keys: set[str], *, now: dt.datetime
     missing = keys - set(Fingerprint.objects.filter(key__in=sorted(keys)).values_list("key", flat=True))
     if not missing:
         return
-    # Imported here: the pattern services import grouping (its rules), so grouping imports them where it uses them.
-    from dlqconsole.deadletters.services import ensure_rule_pattern
+    # Imported here: the rule services import grouping (its rules), so grouping imports them where it uses them.
+    from dlqconsole.deadletters.rule_services import ensure_rule_pattern
 
     for rule in FingerprintRule.objects.filter(pk__in=[rule.id for rule in rules if rule.key in missing]):
         ensure_rule_pattern(rule=rule, now=now)

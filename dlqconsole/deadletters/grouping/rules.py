@@ -124,8 +124,8 @@ def _note_slow(rule: CompiledRule, text: str) -> None:
     )
 
     def disable() -> None:
-        # Imported here: the pattern services import this module, so it imports them where it uses them.
-        from dlqconsole.deadletters.services import disable_slow_rule
+        # Imported here: the rule services import this module, so it imports them where it uses them.
+        from dlqconsole.deadletters.rule_services import disable_slow_rule
 
         try:
             disable_slow_rule(rule_id=rule.id, reason=reason)

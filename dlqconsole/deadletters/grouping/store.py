@@ -26,7 +26,7 @@ from django.db.models import F
 from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
 from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, patterns_of_cluster
-from dlqconsole.deadletters.grouping.mining import is_wildcard
+from dlqconsole.deadletters.grouping.vocabulary import is_wildcard
 from dlqconsole.deadletters.models import (
     FailurePattern,
     Fingerprint,
@@ -35,6 +35,7 @@ from dlqconsole.deadletters.models import (
     PatternEvent,
     PatternOrigin,
 )
+from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, move_dead_letters
 
 CHUNK = 500
 MAX_HOPS = 8
@@ -359,9 +360,6 @@ def _fits(tokens: tuple[str, ...], template: tuple[str, ...]) -> bool:
 def _regroup(*, existing: dict[str, Member], changes: dict[str, int], created: set[int], now: dt.datetime) -> None:
     """Existing fingerprints whose group changed (their template generalised): repoint them, and move their
     dead letters. A pattern left without fingerprints is absorbed into the one that took them."""
-    # Imported here: the pattern services import grouping (its rules), so grouping imports them where it uses them.
-    from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, move_dead_letters
-
     # An operator's merge sticks: when a group an operator had merged away generalises into a new pattern,
     # the new pattern follows it into the same place.
     follow: dict[int, set[int]] = defaultdict(set)
