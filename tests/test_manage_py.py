@@ -68,6 +68,8 @@ def test_the_test_command_points_dlq_var_dir_away_from_the_make_run_file(tmp_pat
     # scripts/test in a scratch checkout whose checks pass and whose pytest prints the variable it was given.
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test", tmp_path / "scripts" / "test")
+    (tmp_path / "scripts" / "check-module-size").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "scripts" / "check-module-size").chmod(0o755)
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     tools = {
