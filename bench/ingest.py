@@ -288,6 +288,7 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
             "x_death": json.dumps(deaths, default=str),
             "body": body,
             "body_size": len(body),
+            "body_truncated": False,
             "parse_errors": "[]",
             "fingerprint": found.key,
             "pattern_id": 0,
@@ -296,6 +297,7 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
             "replay_count": 0,
             "retry_exhausted": False,
             "previous_id": None,
+            "identical_to_id": None,
         }
         return tuple(values[name] for name in COLUMNS)
 

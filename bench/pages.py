@@ -152,6 +152,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         "body": "convert_to(json_build_object('order', g.i, 'sku', 'SKU-' || (g.i % 977), 'lines', "
         "json_build_array(g.i % 7, g.i % 11, g.i % 13), 'note', repeat('x', 60 + g.i % 120))::text, 'UTF8')",
         "body_size": "0",
+        "body_truncated": "false",
         "parse_errors": "'[]'::jsonb",
         "fingerprint": "'bench-' || lpad(g.p::text, 4, '0')",
         "pattern_id": "(%(pattern_ids)s)[g.p]",
@@ -162,6 +163,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         "retry_exhausted": "false",
         "previous_id": "NULL",
         "edited_from_id": "NULL",
+        "identical_to_id": "NULL",
     }
     missing = [column for column in columns if column not in values]
     if missing:
