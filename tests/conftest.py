@@ -1,4 +1,5 @@
-"""The shared test world: users with each role, and RabbitMQ queues that clean up after themselves."""
+"""The shared test world: users with each role, RabbitMQ queues that clean up after themselves, real Celery
+workers on the test's database, and migrations run back and forth."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 import time_machine
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
 from dlqconsole.core.amqp import connect
+from tests.factories import UserFactory
+from tests.support import Worker, worker_environment
 
 # The Celery workers and beat that tests start refuse to start without a real SECRET_KEY (dlqconsole/checks.py):
 # scripts/test exports one for its run, and a run started by hand gets one made here for the processes it starts.
@@ -52,26 +58,19 @@ def _one_consumer_process(settings: Any) -> None:
     settings.DLQ_CONSUMER_PROCESSES = 1
 
 
-def _user(username: str, role: str | None) -> User:
-    user = User.objects.create_user(username=username, password="pw-" + username)
-    if role is not None:
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-    return user
-
-
 @pytest.fixture
 def viewer(db: None) -> User:
-    return _user("vera-viewer", "viewer")
+    return UserFactory(username="vera-viewer", role="viewer")
 
 
 @pytest.fixture
 def operator(db: None) -> User:
-    return _user("otto-operator", "operator")
+    return UserFactory(username="otto-operator", role="operator")
 
 
 @pytest.fixture
 def admin_user(db: None) -> User:
-    return _user("ada-admin", "admin")
+    return UserFactory(username="ada-admin", role="admin")
 
 
 @pytest.fixture
@@ -125,3 +124,42 @@ def celery_queue() -> Iterator[str]:
     channel.queue_declare(queue=settings.CELERY_TASK_DEFAULT_QUEUE, durable=True)
     channel.queue_purge(queue=settings.CELERY_TASK_DEFAULT_QUEUE)
     connection.close()
+
+
+@pytest.fixture
+def celery_worker(tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Start real Celery workers with `celery_worker(**extra_env)`: the console's app on this run's queue, with
+    `control=True` on the control queue too, or another `app` and `queue`. Every one is stopped afterwards."""
+    started: list[Worker] = []
+
+    def start(*, app: str = "dlqconsole", queue: str = "", control: bool = False, **extra_env: str) -> Worker:
+        queues = [queue or settings.CELERY_TASK_DEFAULT_QUEUE] + ([settings.DLQ_CONTROL_QUEUE] if control else [])
+        worker = Worker(
+            log=tmp_path / f"worker-{len(started)}.log",
+            env=worker_environment(tmp_path, extra_env),
+            app=app,
+            queues=queues,
+        )
+        worker.start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def migrate() -> Iterator[Any]:
+    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
+
+    def to(targets: list[tuple[str, str]]) -> Any:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    yield to
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

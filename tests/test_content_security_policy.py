@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -88,7 +88,7 @@ def test_the_scan_finds_inline_script() -> None:
 
 
 def test_rendered_pages_and_admin_pages_hold_no_inline_script() -> None:
-    (stored,) = ingest(letter(error='<img src=x onerror="alert(1)">', body=b"<script>alert(2)</script>"))
+    (stored,) = store(EnvelopeFactory.build(error='<img src=x onerror="alert(1)">', body=b"<script>alert(2)</script>"))
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="pw-root"))
     paths = [

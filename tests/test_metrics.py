@@ -20,7 +20,8 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureP
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.metrics import DeadLetterCollector, register_collector
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
-from tests.alerts.conftest import ingest, rule, settle
+from tests.alerts.conftest import settle
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -58,11 +59,11 @@ def test_metrics_need_no_login_and_include_django_metrics(client: Client) -> Non
 
 @pytest.mark.sqlite
 def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
-    timeouts = ingest(3, queue="orders.dlq", reason="TIMEOUT")
-    ingest(
+    timeouts = parked(3, queue="orders.dlq", reason="TIMEOUT")
+    parked(
         2, queue="orders.dlq", message="Validation failed: email", error_type="ValueError", reason="VALIDATION_FAILED"
     )
-    ingest(1, queue="emails.dlq", reason="TIMEOUT")
+    parked(1, queue="emails.dlq", reason="TIMEOUT")
     settle(timeouts[:1])
 
     samples = scrape(client)
@@ -98,7 +99,7 @@ def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
 
 @pytest.mark.sqlite
 def test_oldest_parked_age(client: Client) -> None:
-    letters = ingest(2, queue="orders.dlq")
+    letters = parked(2, queue="orders.dlq")
     DeadLetter.objects.filter(pk=letters[0].pk).update(ingested_at=timezone.now() - dt.timedelta(hours=3))
 
     samples = scrape(client)
@@ -109,10 +110,10 @@ def test_oldest_parked_age(client: Client) -> None:
 
 @pytest.mark.sqlite
 def test_patterns_by_triage_status_and_reopens(client: Client) -> None:
-    first = ingest(1, message="Request timed out after 5ms")
-    ingest(1, message="Connection refused by 10.0.0.1", error_type="ConnectionError")
+    first = parked(1, message="Request timed out after 5ms")
+    parked(1, message="Connection refused by 10.0.0.1", error_type="ConnectionError")
     FailurePattern.objects.filter(pk=first[0].pattern_id).update(status=PatternStatus.RESOLVED)
-    ingest(1, message="Request timed out after 7ms")
+    parked(1, message="Request timed out after 7ms")
 
     samples = scrape(client)
 
@@ -141,8 +142,8 @@ def test_operation_progress_and_replay_counters(client: Client) -> None:
 
 def test_firing_alerts_and_notification_counters(client: Client) -> None:
     rule("dlq_not_empty", severity="critical")
-    ingest(1, queue="orders.dlq")
-    ingest(1, queue="emails.dlq")
+    parked(1, queue="orders.dlq")
+    parked(1, queue="emails.dlq")
     evaluate_rules()
     Channel.objects.create(name="hook", kind="webhook", target="http://x/", sent_count=4, failed_count=1, enabled=False)
 
@@ -175,7 +176,7 @@ def test_queue_depths_consumer_lag_and_thresholds(client: Client) -> None:
 @override_settings(DLQ_METRICS_MAX_QUEUES=2)
 def test_queue_labels_are_capped_and_no_label_names_a_pattern_or_message(client: Client) -> None:
     for number, count in enumerate([5, 4, 3, 2]):
-        ingest(count, queue=f"q{number}.dlq", message=f"failure kind {chr(65 + number)}", error_type=f"E{number}")
+        parked(count, queue=f"q{number}.dlq", message=f"failure kind {chr(65 + number)}", error_type=f"E{number}")
 
     samples = scrape(client)
 
@@ -199,7 +200,7 @@ def test_the_collector_is_registered_once() -> None:
 def test_scrape_reads_counters_not_dead_letters(client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
     """The number of queries does not grow with the number of dead letters (only with queues, capped)."""
     for number in range(3):
-        ingest(50, queue=f"q{number}.dlq")
+        parked(50, queue=f"q{number}.dlq")
     settle(list(DeadLetter.objects.filter(status=DeadLetterStatus.PARKED)[:30]))
 
     with django_assert_max_num_queries(20):

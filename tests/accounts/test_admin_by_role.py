@@ -15,7 +15,7 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import FailurePattern
 from dlqconsole.operations.models import RetryPolicy
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

@@ -14,7 +14,7 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.alerts.models import AlertRule, Channel
 from dlqconsole.deadletters.models import FailurePattern
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -75,7 +75,7 @@ def test_a_staff_viewer_or_operator_cannot_write_rules_channels_users_or_groups(
 
 
 def test_a_staff_operator_still_triages_patterns_in_the_admin(operator: User) -> None:
-    ingest(letter())
+    store(EnvelopeFactory.build())
     pattern = FailurePattern.objects.get()
     client = staff_with_every_permission(operator)
 

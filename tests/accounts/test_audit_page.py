@@ -117,7 +117,7 @@ def test_a_nul_character_in_a_filter_matches_nothing_instead_of_failing(viewer: 
 
 
 def test_message_and_pattern_pages_link_to_their_audit_entries(viewer: User) -> None:
-    from tests.deadletters.page_world import many
+    from tests.factories import many
 
     (letter,) = many(1)
     client = client_for(viewer)
@@ -133,7 +133,7 @@ def test_a_patterns_audit_link_also_shows_every_row_of_the_operations_whose_filt
     viewer: User, operator: User
 ) -> None:
     from dlqconsole.operations.planning import plan_operation
-    from tests.deadletters.page_world import many
+    from tests.factories import many
 
     mine = many(1, error="Request timed out after 3000ms")[0].pattern_id
     other = many(1, error="Connection refused by inventory", error_type="ConnectionError")[0].pattern_id

@@ -1,54 +1,23 @@
-"""The alerts test world: dead letters ingested through the real ingest service (so the counters are exact), a
-real local HTTP receiver for webhooks, and channels pointing at it."""
+"""The alerts test world: a real local HTTP receiver for webhooks and a channel pointing at it, and dead letters
+settled as an operation settles them (the dead letters and rules themselves come from tests/factories.py)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
+from django.db import transaction
 
-from dlqconsole.alerts.models import AlertRule, Channel
+from dlqconsole.alerts.models import Channel
 from dlqconsole.deadletters.counters import add_counts
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.ingest.envelope import ParsedDeadLetter
-from dlqconsole.ingest.services import ingest_batch
-
-_serial = itertools.count()
-
-
-def ingest(
-    count: int = 1,
-    *,
-    queue: str = "orders.dlq",
-    error_type: str = "TimeoutError",
-    message: str = "Request timed out after 30000ms",
-    reason: str = "TIMEOUT",
-) -> list[DeadLetter]:
-    """Store `count` new dead letters through ingest_batch and return them."""
-    letters = [
-        ParsedDeadLetter(
-            source_queue=queue,
-            body=b"{}",
-            dedupe_key=f"{uuid.uuid4().hex}{next(_serial)}",
-            original_queue=queue.removesuffix(".dlq"),
-            error_type=error_type,
-            error_message=message,
-            failure_reason=reason,
-        )
-        for _ in range(count)
-    ]
-    ingest_batch(letters=letters)
-    return list(DeadLetter.objects.filter(dedupe_key__in=[letter.dedupe_key for letter in letters]))
+from tests.factories import ChannelFactory
 
 
 def settle(letters: list[DeadLetter], *, status: str = DeadLetterStatus.REPLAYED) -> None:
@@ -144,29 +113,4 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def webhook(db: None, receiver: Receiver) -> Channel:
-    return Channel.objects.create(name="ops webhook", kind="webhook", target=receiver.url)
-
-
-def rule(kind: str, *, channels: list[Channel] | None = None, **fields: Any) -> AlertRule:
-    """A rule of the given kind; the default rules of the data migration are switched off so only it speaks."""
-    AlertRule.objects.exclude(name__startswith="test ").update(enabled=False)
-    created = AlertRule.objects.create(name=f"test {kind} {uuid.uuid4().hex[:6]}", kind=kind, **fields)
-    if channels:
-        created.channels.set(channels)
-    return created
-
-
-@pytest.fixture
-def migrate() -> Iterator[Any]:
-    """migrate(targets) -> the historical apps at that state; the database is migrated forward again after."""
-
-    def to(targets: list[tuple[str, str]]) -> Any:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(targets)
-        return executor.loader.project_state(targets).apps
-
-    yield to
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    return ChannelFactory(name="ops webhook", kind="webhook", target=receiver.url)

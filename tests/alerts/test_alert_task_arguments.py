@@ -19,7 +19,8 @@ from dlqconsole.alerts.tasks import (
     sample_queues,
     send_notification,
 )
-from tests.alerts.conftest import Receiver, ingest, rule
+from tests.alerts.conftest import Receiver
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -36,7 +37,7 @@ def test_hostile_notification_ids_are_refused_and_send_nothing(
     webhook: Channel, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     rule("dlq_not_empty", channels=[webhook])
-    ingest(2, queue="orders.dlq", message="Request timed out", error_type="TimeoutError")
+    parked(2, queue="orders.dlq", message="Request timed out", error_type="TimeoutError")
     evaluate_rules()
     notification = Notification.objects.get(channel=webhook, kind=NotificationKind.FIRING)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
@@ -96,7 +97,7 @@ def test_the_beat_tasks_take_no_arguments(
 ) -> None:
     # A rule that fires as soon as anything evaluates it.
     rule("dlq_not_empty", channels=[webhook])
-    ingest(2, queue="orders.dlq", message="Request timed out", error_type="TimeoutError")
+    parked(2, queue="orders.dlq", message="Request timed out", error_type="TimeoutError")
 
     assert task(*args, **kwargs) is None
 

@@ -16,7 +16,7 @@ from dlqconsole.accounts.services import record_audit
 from dlqconsole.alerts.changes import silence_alert, silence_alerts, silence_rule
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus
-from tests.alerts.conftest import ingest, rule
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -27,7 +27,7 @@ UNTIL = dt.datetime(2099, 11, 26, 8, 23, 0, 123456, tzinfo=dt.UTC)
 def firing(db: None) -> list[Alert]:
     rule("dlq_not_empty")
     for queue in ("orders.dlq", "payments.dlq"):
-        ingest(1, queue=queue)
+        parked(1, queue=queue)
     evaluate_rules()
     return list(Alert.objects.filter(status=AlertStatus.FIRING).select_related("rule").order_by("pk"))
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from tests.alerts.conftest import ingest, rule
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -27,7 +27,7 @@ def firing(db: None) -> list[Alert]:
     """Three firing alerts, one per dead-letter queue."""
     rule("dlq_not_empty", reminder_seconds=60)
     for queue in ("orders.dlq", "payments.dlq", "emails.dlq"):
-        ingest(1, queue=queue)
+        parked(1, queue=queue)
     evaluate_rules()
     alerts = list(Alert.objects.filter(status=AlertStatus.FIRING).order_by("pk"))
     assert len(alerts) == 3

@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from tests.alerts.conftest import ingest, rule, settle
+from tests.alerts.conftest import settle
 from tests.conftest import client_for
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -35,7 +36,7 @@ def test_the_form_and_the_page_say_that_firing_alerts_are_not_resent(admin_user:
 def test_what_the_notice_says_is_what_the_tick_does(db: None) -> None:
     old = Channel.objects.create(name="old", kind="email", target="old@example.com")
     watching = rule("dlq_not_empty", channels=[old], reminder_seconds=3600)
-    letters = ingest(2, queue="orders.dlq")
+    letters = parked(2, queue="orders.dlq")
     now = timezone.now()
     evaluate_rules(now=now)
     alert = Alert.objects.get(status=AlertStatus.FIRING)

@@ -9,8 +9,9 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.alerts.delivery import deliver_notification
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationKind
-from tests.alerts.conftest import Receiver, ingest, rule
+from tests.alerts.conftest import Receiver
 from tests.conftest import client_for
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -19,8 +20,8 @@ def test_a_new_channel_gets_the_open_alerts_once_as_one_digest(
     webhook: Channel, receiver: Receiver, admin_user: User
 ) -> None:
     firing = rule("dlq_not_empty", channels=[webhook])
-    ingest(2, queue="orders.dlq")
-    ingest(1, queue="payments.dlq")
+    parked(2, queue="orders.dlq")
+    parked(1, queue="payments.dlq")
     evaluate_rules()
     assert Alert.objects.filter(rule=firing, status=AlertStatus.FIRING).count() == 2
     late = Channel.objects.create(name="late webhook", kind="webhook", target=receiver.url + "?late")
@@ -59,7 +60,7 @@ def test_nothing_open_or_a_disabled_channel_is_refused_with_the_reason(webhook: 
 
 def test_only_admins_may_send_the_open_alerts(webhook: Channel, operator: User) -> None:
     rule("dlq_not_empty", channels=[webhook])
-    ingest(1)
+    parked(1)
     evaluate_rules()
     before = Notification.objects.count()
 

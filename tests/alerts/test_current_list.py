@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
-from tests.alerts.conftest import rule
+from tests.factories import rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

@@ -15,7 +15,7 @@ from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.ingest.sampling import sample_queue_depths
 from dlqconsole.ingest.topology import declare_queue_topology
-from tests.alerts.conftest import rule
+from tests.factories import rule
 
 pytestmark = [pytest.mark.django_db]
 

@@ -42,8 +42,9 @@ from dlqconsole.alerts.models import (
 )
 from dlqconsole.alerts.tasks import retry_notifications
 from dlqconsole.core.env import env_duration
-from tests.alerts.conftest import ingest, rule, settle
+from tests.alerts.conftest import settle
 from tests.conftest import client_for
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -57,7 +58,7 @@ NAMES = [f"{first}{second}" for first in "ABCDEFGHIJ" for second in "KLMNOPQRST"
 def storm(count: int, *, start: int = 0) -> None:
     """`count` brand-new failure patterns, one dead letter each, in orders.dlq."""
     for index in range(start, start + count):
-        ingest(1, error_type=f"Storm{NAMES[index]}Error", message=f"Storm {NAMES[index]} <failed> & gave up")
+        parked(1, error_type=f"Storm{NAMES[index]}Error", message=f"Storm {NAMES[index]} <failed> & gave up")
 
 
 def posted(mock: responses.RequestsMock, url: str = HOOK) -> list[dict[str, Any]]:
@@ -212,7 +213,7 @@ def test_the_first_notice_of_each_rule_in_a_window_goes_at_once_over_the_budget(
 @override_settings(DLQ_NOTIFY_BURST=1, DLQ_NOTIFY_WINDOW=300)
 def test_reminders_and_recoveries_count_against_the_budget(hook: Channel) -> None:
     rule("dlq_not_empty", channels=[hook])
-    letters = ingest(1)
+    letters = parked(1)
     now = timezone.now()
     evaluate_rules(now=now)
     settle(letters)
@@ -455,7 +456,7 @@ def test_a_tick_and_a_rule_edit_do_not_deadlock(http: responses.RequestsMock, mo
     AlertRule.objects.filter(pk=rule_a.pk).update(name="test A")
     AlertRule.objects.filter(pk=rule_b.pk).update(name="test B")
     edited = rule("oldest_age", channels=[])
-    ingest(1)
+    parked(1)
     real = conditions.evaluate
     b_started = threading.Event()
 

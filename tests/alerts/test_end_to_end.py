@@ -27,17 +27,11 @@ from dlqconsole.ingest.topology import declare_queue_topology
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import start_operation
 from tests.alerts.conftest import Receiver
+from tests.support import subprocess_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
-
-
-def database_url() -> str:
-    """The test database, for the subprocesses (they must see what this test commits)."""
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def wait_until(condition: Callable[[], bool], *, timeout: float, what: str, log: Path) -> None:
@@ -112,7 +106,7 @@ def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_reco
 
     env = {
         **os.environ,
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": subprocess_database_url(),
         "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
         "DLQ_VAR_DIR": str(tmp_path),
         "PYTHONUNBUFFERED": "1",

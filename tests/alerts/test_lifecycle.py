@@ -11,7 +11,8 @@ from dlqconsole.alerts.changes import acknowledge_alert, silence_alert
 from dlqconsole.alerts.errors import AlertError
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification
-from tests.alerts.conftest import ingest, rule, settle
+from tests.alerts.conftest import settle
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -27,14 +28,14 @@ def at(start: dt.datetime, seconds: float) -> dt.datetime:
 def test_no_repeat_within_the_cooldown(webhook: Channel) -> None:
     rule("dlq_not_empty", channels=[webhook], cooldown_seconds=300, reminder_seconds=0)
     start = timezone.now()
-    letters = ingest(1)
+    letters = parked(1)
     evaluate_rules(now=start)
     settle(letters)
     evaluate_rules(now=at(start, 10))
     assert kinds() == ["firing", "resolved"]
 
     # It comes back 20 s later: the alert fires on the page, but the channel hears nothing until the cooldown ends.
-    again = ingest(1)
+    again = parked(1)
     evaluate_rules(now=at(start, 20))
     alert = Alert.objects.get(status=AlertStatus.FIRING)
     assert kinds() == ["firing", "resolved"]
@@ -50,11 +51,11 @@ def test_no_repeat_within_the_cooldown(webhook: Channel) -> None:
 def test_a_flap_inside_the_cooldown_sends_nothing_at_all(webhook: Channel) -> None:
     rule("dlq_not_empty", channels=[webhook], cooldown_seconds=300)
     start = timezone.now()
-    first = ingest(1)
+    first = parked(1)
     evaluate_rules(now=start)
     settle(first)
     evaluate_rules(now=at(start, 5))
-    second = ingest(1)
+    second = parked(1)
     evaluate_rules(now=at(start, 10))
     settle(second)
     evaluate_rules(now=at(start, 15))
@@ -67,7 +68,7 @@ def test_a_flap_inside_the_cooldown_sends_nothing_at_all(webhook: Channel) -> No
 def test_reminder_while_still_firing(webhook: Channel) -> None:
     rule("dlq_not_empty", channels=[webhook], reminder_seconds=600)
     start = timezone.now()
-    ingest(1)
+    parked(1)
     evaluate_rules(now=start)
     evaluate_rules(now=at(start, 300))
     assert kinds() == ["firing"]
@@ -83,7 +84,7 @@ def test_reminder_while_still_firing(webhook: Channel) -> None:
 def test_acknowledged_alert_gets_no_reminders_but_a_recovery_notice(webhook: Channel, operator) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", channels=[webhook], reminder_seconds=600)
     start = timezone.now()
-    letters = ingest(1)
+    letters = parked(1)
     evaluate_rules(now=start)
     alert = acknowledge_alert(alert=Alert.objects.get(), actor=operator, now=at(start, 60))
 
@@ -99,7 +100,7 @@ def test_acknowledged_alert_gets_no_reminders_but_a_recovery_notice(webhook: Cha
 
 def test_only_a_firing_alert_can_be_acknowledged(operator) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", for_seconds=60)
-    ingest(1)
+    parked(1)
     evaluate_rules()
     pending = Alert.objects.get()
 
@@ -110,7 +111,7 @@ def test_only_a_firing_alert_can_be_acknowledged(operator) -> None:  # type: ign
 def test_silenced_alert_sends_no_reminder_and_no_recovery(webhook: Channel, operator) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", channels=[webhook], reminder_seconds=600)
     start = timezone.now()
-    letters = ingest(1)
+    letters = parked(1)
     evaluate_rules(now=start)
     silence_alert(alert=Alert.objects.get(), actor=operator, until=at(start, 3600))
 
@@ -125,7 +126,7 @@ def test_silenced_alert_sends_no_reminder_and_no_recovery(webhook: Channel, oper
 def test_silence_ends_and_the_alert_speaks_again(webhook: Channel, operator) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", channels=[webhook], reminder_seconds=600)
     start = timezone.now()
-    ingest(1)
+    parked(1)
     evaluate_rules(now=start)
     silence_alert(alert=Alert.objects.get(), actor=operator, until=at(start, 1000))
 
@@ -138,7 +139,7 @@ def test_silence_ends_and_the_alert_speaks_again(webhook: Channel, operator) -> 
 def test_silenced_rule_holds_back_the_first_notice_until_the_silence_ends(webhook: Channel) -> None:
     start = timezone.now()
     rule("dlq_not_empty", channels=[webhook], silenced_until=at(start, 120))
-    ingest(1)
+    parked(1)
 
     evaluate_rules(now=start)
     assert Alert.objects.get().status == AlertStatus.FIRING
@@ -150,7 +151,7 @@ def test_silenced_rule_holds_back_the_first_notice_until_the_silence_ends(webhoo
 
 def test_a_rule_without_channels_still_raises_alerts() -> None:
     rule("dlq_not_empty")
-    ingest(1)
+    parked(1)
 
     evaluate_rules()
 
@@ -164,7 +165,7 @@ def test_a_rule_without_channels_still_raises_alerts() -> None:
 def test_an_alert_nobody_was_told_about_is_announced_as_firing_once_a_channel_exists(webhook: Channel) -> None:
     alert_rule = rule("dlq_not_empty", reminder_seconds=600)
     start = timezone.now()
-    ingest(1)
+    parked(1)
     evaluate_rules(now=start)
     alert_rule.channels.set([webhook])
 
@@ -179,7 +180,7 @@ def test_an_alert_nobody_was_told_about_is_announced_as_firing_once_a_channel_ex
 def test_an_alert_nobody_was_told_about_resolves_without_a_recovery_notice(webhook: Channel) -> None:
     alert_rule = rule("dlq_not_empty", reminder_seconds=600)
     start = timezone.now()
-    letters = ingest(1)
+    letters = parked(1)
     evaluate_rules(now=start)
     alert_rule.channels.set([webhook])
 

@@ -28,7 +28,8 @@ from dlqconsole.alerts.models import (
     NotificationKind,
     NotificationStatus,
 )
-from tests.alerts.conftest import Receiver, ingest, rule
+from tests.alerts.conftest import Receiver
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db]
 
@@ -43,7 +44,7 @@ def closed_port_url() -> str:
 
 def firing_notification(channel: Channel) -> Notification:
     rule("dlq_not_empty", channels=[channel])
-    ingest(3, queue="orders.dlq", message="Request <b>timed</b> out & failed", error_type="TimeoutError")
+    parked(3, queue="orders.dlq", message="Request <b>timed</b> out & failed", error_type="TimeoutError")
     evaluate_rules()
     return Notification.objects.get(channel=channel, kind=NotificationKind.FIRING)
 
@@ -73,7 +74,7 @@ def test_webhook_receives_the_alert_as_json(webhook: Channel, receiver: Receiver
 def test_slack_message_is_escaped_text(receiver: Receiver) -> None:
     slack = Channel.objects.create(name="slack", kind="slack", target=receiver.url)
     rule("new_pattern", channels=[slack])
-    ingest(1, queue="orders.dlq", message="Request <b>timed</b> out & failed @channel", error_type="TimeoutError")
+    parked(1, queue="orders.dlq", message="Request <b>timed</b> out & failed @channel", error_type="TimeoutError")
     evaluate_rules()
     notification = Notification.objects.get(channel=slack)
 
@@ -191,7 +192,7 @@ def test_channel_is_disabled_after_notifications_fail_for_good_in_a_row(webhook:
     rule("dlq_not_empty", channels=[webhook])
     start = timezone.now()
     for round_number, queue in enumerate(["a.dlq", "b.dlq"]):
-        ingest(1, queue=queue)
+        parked(1, queue=queue)
         evaluate_rules(now=start + dt.timedelta(minutes=round_number))
         notification = Notification.objects.get(alert__subject=f"queue:{queue}")
         deliver_notification(notification_id=notification.pk)
@@ -279,10 +280,10 @@ def test_evaluation_never_waits_for_a_channel(webhook: Channel, receiver: Receiv
     """Evaluation only writes rows; the hanging receiver is not even contacted until a worker sends."""
     receiver.delay = 30.0
     rule("dlq_not_empty", channels=[webhook])
-    ingest(1)
+    parked(1)
 
     evaluate_rules()
-    ingest(1, queue="emails.dlq")
+    parked(1, queue="emails.dlq")
     evaluate_rules()
 
     assert receiver.received == []
@@ -294,7 +295,7 @@ def test_notifications_are_enqueued_on_commit_to_the_broker(
     webhook: Channel, django_capture_on_commit_callbacks, amqp_channel
 ) -> None:  # type: ignore[no-untyped-def]
     rule("dlq_not_empty", channels=[webhook])
-    ingest(1)
+    parked(1)
     # Sends that earlier tests enqueued (no worker consumes the control queue during these tests).
     amqp_channel.queue_declare(queue=settings.DLQ_CONTROL_QUEUE, durable=True)
     amqp_channel.queue_purge(queue=settings.DLQ_CONTROL_QUEUE)

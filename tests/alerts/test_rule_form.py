@@ -15,7 +15,7 @@ from dlqconsole.alerts.forms import RuleForm
 from dlqconsole.alerts.models import AlertRule
 from dlqconsole.core.durations import format_duration, parse_duration
 from dlqconsole.ingest.models import WatchedQueue
-from tests.alerts.conftest import ingest
+from tests.factories import parked
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -106,7 +106,7 @@ def test_depth_rule_threshold_is_optional_but_not_zero() -> None:
 
 
 def test_pattern_rules_ignore_threshold_and_pattern_and_need_a_window() -> None:
-    letters = ingest(1)
+    letters = parked(1)
 
     assert errors(post(kind="new_pattern", window_seconds=""))["window_seconds"]
     rule = saved(post(kind="pattern_reopened", threshold="5", pattern=str(letters[0].pattern_id), window_seconds="1h"))
@@ -132,7 +132,7 @@ def test_operation_paused_rule_ignores_every_kind_specific_field_even_nonsense()
 
 
 def test_queue_and_pattern_together_are_refused_where_a_pattern_counts() -> None:
-    letters = ingest(1)
+    letters = parked(1)
 
     found = errors(post(kind="dlq_not_empty", queue="orders.dlq", pattern=str(letters[0].pattern_id)))
 
@@ -151,7 +151,7 @@ def test_a_pattern_id_that_names_no_pattern_says_so(value: str) -> None:
 
 
 def test_unknown_queue_is_a_warning_not_an_error() -> None:
-    ingest(1, queue="orders.dlq")
+    parked(1, queue="orders.dlq")
     WatchedQueue.objects.create(name="payments", dead_letter_queue="payments.dlq", dead_letter_exchange="payments.dlx")
 
     known = [
@@ -190,7 +190,7 @@ def test_invalid_rule_is_shown_again_with_its_errors(client: Client, admin_user:
 
 
 def test_rule_form_page_is_grouped_and_marks_each_field_with_its_kinds(client: Client, admin_user: User) -> None:
-    ingest(1, queue="orders.dlq")
+    parked(1, queue="orders.dlq")
     client.force_login(admin_user)
 
     html = client.get(reverse("alerts:rule-new")).content.decode()

@@ -12,7 +12,8 @@ from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from tests.alerts.conftest import ingest, rule, settle
+from tests.alerts.conftest import settle
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -31,7 +32,7 @@ def test_first_dead_letter_fires_the_default_rule_and_notifies(webhook: Channel)
     webhook.rules.add(*AlertRule.objects.all())
     assert evaluate_rules().fired == 0
 
-    ingest(1, queue="orders.dlq")
+    parked(1, queue="orders.dlq")
     evaluate_rules()
 
     alert = Alert.objects.get(rule__name="Dead letters waiting")
@@ -41,7 +42,7 @@ def test_first_dead_letter_fires_the_default_rule_and_notifies(webhook: Channel)
 
 def test_not_empty_resolves_when_dead_letters_are_dealt_with(webhook: Channel) -> None:
     not_empty = rule("dlq_not_empty", channels=[webhook])
-    letters = ingest(3, queue="payments.dlq")
+    letters = parked(3, queue="payments.dlq")
     evaluate_rules()
     assert open_alerts(not_empty)["queue:payments.dlq"].value == 3
 
@@ -58,13 +59,13 @@ def test_not_empty_resolves_when_dead_letters_are_dealt_with(webhook: Channel) -
 
 def test_ignored_patterns_do_not_alert() -> None:
     not_empty = rule("dlq_not_empty")
-    letters = ingest(2, queue="orders.dlq", message="Card declined for customer 42")
+    letters = parked(2, queue="orders.dlq", message="Card declined for customer 42")
     FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.IGNORED)
 
     evaluate_rules()
     assert open_alerts(not_empty) == {}
 
-    ingest(1, queue="orders.dlq", message="Connection reset by peer 10.0.0.1:5432", error_type="ConnectionError")
+    parked(1, queue="orders.dlq", message="Connection reset by peer 10.0.0.1:5432", error_type="ConnectionError")
     evaluate_rules()
     assert open_alerts(not_empty)["queue:orders.dlq"].value == 1
 
@@ -72,8 +73,8 @@ def test_ignored_patterns_do_not_alert() -> None:
 def test_queue_scope_matches_the_work_queue_or_its_dlq() -> None:
     WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
     by_work_queue = rule("dlq_not_empty", queue="orders")
-    ingest(1, queue="orders.dlq")
-    ingest(1, queue="emails.dlq", message="SMTP 451 try later", error_type="SMTPError")
+    parked(1, queue="orders.dlq")
+    parked(1, queue="emails.dlq", message="SMTP 451 try later", error_type="SMTPError")
 
     evaluate_rules()
 
@@ -81,8 +82,8 @@ def test_queue_scope_matches_the_work_queue_or_its_dlq() -> None:
 
 
 def test_pattern_scope_counts_only_that_pattern() -> None:
-    timeouts = ingest(2, queue="orders.dlq")
-    ingest(5, queue="orders.dlq", message="Validation failed: field email", error_type="ValidationError")
+    timeouts = parked(2, queue="orders.dlq")
+    parked(5, queue="orders.dlq", message="Validation failed: field email", error_type="ValidationError")
     pattern_rule = rule("dlq_not_empty", pattern=FailurePattern.objects.get(pk=timeouts[0].pattern_id))
 
     evaluate_rules()
@@ -107,16 +108,16 @@ def test_dead_letters_still_in_the_broker_count_as_waiting() -> None:
 def test_growth_fires_above_the_rate_and_resolves_when_it_slows() -> None:
     growth = rule("dlq_growth", threshold=100, window_seconds=60, severity="critical")
     start = timezone.now()
-    ingest(5, queue="orders.dlq")
+    parked(5, queue="orders.dlq")
     evaluate_rules(now=start)
     assert open_alerts(growth) == {}
 
-    ingest(150, queue="orders.dlq")
+    parked(150, queue="orders.dlq")
     evaluate_rules(now=start + dt.timedelta(seconds=30))
     alert = open_alerts(growth)["queue:orders.dlq"]
     assert (alert.status, alert.value, alert.severity) == (AlertStatus.FIRING, 150, "critical")
 
-    ingest(20, queue="orders.dlq")
+    parked(20, queue="orders.dlq")
     evaluate_rules(now=start + dt.timedelta(seconds=60))
     assert open_alerts(growth)["queue:orders.dlq"].value == 170
 
@@ -134,7 +135,7 @@ def test_growth_ignores_dead_letters_that_only_moved_from_broker_to_database() -
     evaluate_rules(now=start)
 
     # The consumer drains the 120 into the database: nothing new arrived.
-    ingest(120, queue="orders.dlq")
+    parked(120, queue="orders.dlq")
     QueueSample.objects.create(queue="orders.dlq", messages=0, consumers=1, sampled_at=start + dt.timedelta(seconds=5))
     evaluate_rules(now=start + dt.timedelta(seconds=10))
 
@@ -143,7 +144,7 @@ def test_growth_ignores_dead_letters_that_only_moved_from_broker_to_database() -
 
 def test_unignoring_a_pattern_is_not_growth() -> None:
     growth = rule("dlq_growth", threshold=100, window_seconds=60)
-    letters = ingest(300, queue="orders.dlq", message="Card declined for customer 42")
+    letters = parked(300, queue="orders.dlq", message="Card declined for customer 42")
     FailurePattern.objects.filter(pk=letters[0].pattern_id).update(status=PatternStatus.IGNORED)
     start = timezone.now()
     evaluate_rules(now=start)
@@ -157,7 +158,7 @@ def test_unignoring_a_pattern_is_not_growth() -> None:
 
 def test_new_pattern_fires_and_resolves_when_triaged() -> None:
     new_pattern = rule("new_pattern", window_seconds=3600)
-    letters = ingest(2, queue="orders.dlq", message="KeyError: 'customer_id'", error_type="KeyError")
+    letters = parked(2, queue="orders.dlq", message="KeyError: 'customer_id'", error_type="KeyError")
     evaluate_rules()
     subject = f"pattern:{letters[0].pattern_id}"
     alert = open_alerts(new_pattern)[subject]
@@ -171,10 +172,10 @@ def test_new_pattern_fires_and_resolves_when_triaged() -> None:
 
 
 def test_new_pattern_resolves_when_its_dead_letters_are_gone_and_old_patterns_never_fire() -> None:
-    old = ingest(1, queue="orders.dlq", message="Old failure", error_type="OldError")
+    old = parked(1, queue="orders.dlq", message="Old failure", error_type="OldError")
     FailurePattern.objects.filter(pk=old[0].pattern_id).update(first_seen_at=timezone.now() - dt.timedelta(days=2))
     new_pattern = rule("new_pattern", window_seconds=3600)
-    letters = ingest(2, queue="orders.dlq", message="Brand new failure", error_type="NewError")
+    letters = parked(2, queue="orders.dlq", message="Brand new failure", error_type="NewError")
     evaluate_rules()
     assert set(open_alerts(new_pattern)) == {f"pattern:{letters[0].pattern_id}"}
 
@@ -187,8 +188,8 @@ def test_new_pattern_resolves_when_its_dead_letters_are_gone_and_old_patterns_ne
 def test_patterns_named_by_a_person_are_not_new(operator) -> None:  # type: ignore[no-untyped-def]
     from dlqconsole.deadletters.rule_services import split_pattern
 
-    letters = ingest(2, queue="orders.dlq", message="user alice not found", error_type="LookupError")
-    letters += ingest(1, queue="orders.dlq", message="user svc-import not found", error_type="LookupError")
+    letters = parked(2, queue="orders.dlq", message="user alice not found", error_type="LookupError")
+    letters += parked(1, queue="orders.dlq", message="user svc-import not found", error_type="LookupError")
     pattern = DeadLetter.objects.get(pk=letters[0].pk).pattern  # the second batch mined "user <*> not found"
     assert DeadLetter.objects.get(pk=letters[2].pk).pattern_id == pattern.pk
     FailurePattern.objects.filter(pk=pattern.pk).update(status=PatternStatus.ACKNOWLEDGED)
@@ -199,21 +200,21 @@ def test_patterns_named_by_a_person_are_not_new(operator) -> None:  # type: igno
     evaluate_rules()
 
     assert open_alerts(new_pattern) == {}
-    fresh = ingest(1, queue="orders.dlq", message="Brand new failure", error_type="NewError")
+    fresh = parked(1, queue="orders.dlq", message="Brand new failure", error_type="NewError")
     evaluate_rules()
     assert set(open_alerts(new_pattern)) == {f"pattern:{fresh[0].pattern_id}"}
 
 
 def test_reopened_pattern_fires_and_resolves_when_resolved_again() -> None:
     reopened = rule("pattern_reopened", window_seconds=3600)
-    letters = ingest(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
+    letters = parked(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
     pattern = FailurePattern.objects.get(pk=letters[0].pattern_id)
     pattern.status = PatternStatus.RESOLVED
     pattern.save()
     evaluate_rules()
     assert open_alerts(reopened) == {}
 
-    ingest(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
+    parked(1, queue="orders.dlq", message="Payment gateway 502", error_type="GatewayError")
     evaluate_rules()
     alert = open_alerts(reopened)[f"pattern:{pattern.pk}"]
     assert alert.status == AlertStatus.FIRING
@@ -225,7 +226,7 @@ def test_reopened_pattern_fires_and_resolves_when_resolved_again() -> None:
 
 def test_oldest_dead_letter_age() -> None:
     oldest = rule("oldest_age", threshold=3600)
-    letters = ingest(2, queue="orders.dlq")
+    letters = parked(2, queue="orders.dlq")
     evaluate_rules()
     assert open_alerts(oldest) == {}
 
@@ -242,7 +243,7 @@ def test_oldest_dead_letter_age() -> None:
 def test_condition_must_hold_for_the_rules_duration() -> None:
     not_empty = rule("dlq_not_empty", for_seconds=30)
     start = timezone.now()
-    letters = ingest(1, queue="orders.dlq")
+    letters = parked(1, queue="orders.dlq")
     evaluate_rules(now=start)
     assert open_alerts(not_empty)["queue:orders.dlq"].status == AlertStatus.PENDING
 
@@ -256,7 +257,7 @@ def test_condition_must_hold_for_the_rules_duration() -> None:
 
 def test_pending_alert_that_clears_leaves_nothing() -> None:
     not_empty = rule("dlq_not_empty", for_seconds=30)
-    letters = ingest(1, queue="orders.dlq")
+    letters = parked(1, queue="orders.dlq")
     evaluate_rules()
     settle(letters)
     evaluate_rules()
@@ -266,7 +267,7 @@ def test_pending_alert_that_clears_leaves_nothing() -> None:
 
 def test_disabling_a_rule_ends_its_alerts_without_a_notice(webhook: Channel) -> None:
     not_empty = rule("dlq_not_empty", channels=[webhook])
-    ingest(1, queue="orders.dlq")
+    parked(1, queue="orders.dlq")
     evaluate_rules()
     AlertRule.objects.filter(pk=not_empty.pk).update(enabled=False)
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from dlqconsole.alerts.changes import silence_rule
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertStatus
-from tests.alerts.conftest import ingest, rule
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -26,7 +26,7 @@ HTMX = {"HX-Request": "true"}
 @pytest.fixture
 def firing_alert(db: None) -> Alert:
     rule("dlq_not_empty")
-    ingest(1, queue="orders.dlq")
+    parked(1, queue="orders.dlq")
     evaluate_rules()
     return Alert.objects.select_related("rule").get(status=AlertStatus.FIRING)
 

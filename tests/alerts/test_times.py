@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from dlqconsole.alerts.models import Alert, AlertStatus, Channel, Notification, NotificationStatus
-from tests.alerts.conftest import rule
+from tests.factories import rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

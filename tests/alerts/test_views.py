@@ -15,7 +15,7 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from tests.alerts.conftest import ingest, rule
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -30,7 +30,7 @@ def login(client: Client, user: User) -> Client:
 @pytest.fixture
 def firing_alert(db: None) -> Alert:
     rule("dlq_not_empty")
-    ingest(2, queue="orders.dlq", message="<script>alert(1)</script> timed out", error_type="TimeoutError")
+    parked(2, queue="orders.dlq", message="<script>alert(1)</script> timed out", error_type="TimeoutError")
     evaluate_rules()
     return Alert.objects.get(status=AlertStatus.FIRING)
 
@@ -253,7 +253,7 @@ def test_admin_creates_a_rule_with_channels(client: Client, admin_user: User, we
 
 
 def test_rule_form_leaves_out_a_pattern_scope_for_depth_rules_and_says_so(client: Client, admin_user: User) -> None:
-    letters = ingest(1)
+    letters = parked(1)
     login(client, admin_user)
 
     response = client.post(

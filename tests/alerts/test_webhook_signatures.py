@@ -23,8 +23,9 @@ from dlqconsole.alerts.delivery import deliver_notification, enqueue_due_notific
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Channel, Notification, NotificationKind, NotificationStatus
 from dlqconsole.alerts.tasks import send_notification
-from tests.alerts.conftest import Received, Receiver, ingest, rule
+from tests.alerts.conftest import Received, Receiver
 from tests.conftest import client_for
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -50,7 +51,7 @@ def verify(secret: str, request: Received) -> Any:
 
 def firing_notification(channel: Channel) -> Notification:
     rule("dlq_not_empty", channels=[channel])
-    ingest(2, queue="orders.dlq")
+    parked(2, queue="orders.dlq")
     evaluate_rules()
     return Notification.objects.get(channel=channel, kind=NotificationKind.FIRING)
 

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Watched, log_in, screenshot
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -29,9 +29,11 @@ def test_the_retry_confirmation_page_fits_a_phone(
     # Their queue exists, so the plan can replay them and the page offers Start.
     work = queue_name("orders")
     amqp_connection.channel().queue_declare(queue=work)
-    ingest(
+    store(
         *(
-            letter(queue=work, exchange="", routing_key=work, error_type="CustomerDoesNotExist", error=LONG_PATH_ERROR)
+            EnvelopeFactory.build(
+                queue=work, exchange="", routing_key=work, error_type="CustomerDoesNotExist", error=LONG_PATH_ERROR
+            )
             for _ in range(2)
         )
     )

@@ -10,8 +10,8 @@ from playwright.sync_api import Page, expect
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
-from tests.alerts.conftest import ingest, rule
 from tests.browser.conftest import Watched, log_in, screenshot
+from tests.factories import parked, rule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_bulk_acknowledge_and_rule_form_by_kind(page: Page, admin_user: User, watched: Watched) -> None:
     rule("dlq_not_empty")
     for queue in ("orders.dlq", "payments.dlq", "emails.dlq"):
-        ingest(1, queue=queue)
+        parked(1, queue=queue)
     evaluate_rules()
     first, second, third = Alert.objects.filter(status=AlertStatus.FIRING).order_by("pk")
 

@@ -13,8 +13,8 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
-from tests.alerts.conftest import rule
 from tests.browser.conftest import Watched, log_in, screenshot
+from tests.factories import rule
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Notification
 from tests.alerts.conftest import Receiver
 from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +32,7 @@ def control_queue(amqp_channel: BlockingChannel) -> str:
 
 def test_operator_sees_a_firing_alert_and_acknowledges_it(page: Page, operator: User, watched: Watched) -> None:
     install_default_rules(AlertRule)  # as the data migration does (a transactional test starts from a flush)
-    ingest(letter(queue="payments", error="card <b>declined</b> for customer 42"))
+    store(EnvelopeFactory.build(queue="payments", error="card <b>declined</b> for customer 42"))
     evaluate_rules()
     alert = Alert.objects.get(rule__kind="dlq_not_empty")
 
@@ -67,11 +67,11 @@ def test_admin_adds_a_webhook_channel_and_sends_it_a_test(
     admin_user: User,
     receiver: Receiver,
     control_queue: str,
-    celery_worker: Callable[[], object],
+    celery_worker: Callable[..., object],
     watched: Watched,
 ) -> None:
     install_default_rules(AlertRule)
-    celery_worker()
+    celery_worker(control=True)
 
     log_in(page, admin_user)
     page.goto("/alerts/rules/")

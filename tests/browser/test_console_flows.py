@@ -14,17 +14,9 @@ from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation, OperationStatus
-from tests.browser.conftest import (
-    WORKER_WAIT_MS,
-    Watched,
-    declare_with_dlq,
-    die_on_broker,
-    drain,
-    ingest_dlq,
-    log_in,
-    screenshot,
-)
-from tests.deadletters.page_world import ingest, letter
+from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
+from tests.factories import EnvelopeFactory, store
+from tests.support import declare_with_dlq, die_on_broker, drain, ingest_from
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +50,7 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
     operator: User,
     orders: str,
     amqp_channel: BlockingChannel,
-    celery_worker: Callable[[], object],
+    celery_worker: Callable[..., object],
     watched: Watched,
 ) -> None:
     bodies = [json.dumps({"order": number}).encode() for number in range(12)]
@@ -68,10 +60,10 @@ def test_operator_finds_a_pattern_and_runs_a_rate_limited_retry(
         bodies,
         headers={"x-exception-type": "TimeoutError", "x-exception-message": "inventory timed out after 3000ms"},
     )
-    stored = ingest_dlq(amqp_channel, orders + ".dlq", expect=12)
+    stored = ingest_from(amqp_channel, orders + ".dlq", expect=12)
     # Unrelated failures the retry must not touch.
-    ingest(letter(queue="billing", error="card declined for customer 9", error_type="CardError"))
-    celery_worker()
+    store(EnvelopeFactory.build(queue="billing", error="card declined for customer 9", error_type="CardError"))
+    celery_worker(control=True)
 
     log_in(page, operator)
     screenshot(page, "dashboard")
@@ -147,7 +139,7 @@ def test_operator_edits_and_retries_one_message(
     operator: User,
     orders: str,
     amqp_channel: BlockingChannel,
-    celery_worker: Callable[[], object],
+    celery_worker: Callable[..., object],
     watched: Watched,
 ) -> None:
     die_on_broker(
@@ -156,8 +148,8 @@ def test_operator_edits_and_retries_one_message(
         [b'{"order": 41, "currency": "EUX"}'],
         headers={"x-exception-type": "ValidationError", "x-exception-message": "unknown currency 'EUX'"},
     )
-    (stored,) = ingest_dlq(amqp_channel, orders + ".dlq", expect=1)
-    celery_worker()
+    (stored,) = ingest_from(amqp_channel, orders + ".dlq", expect=1)
+    celery_worker(control=True)
 
     log_in(page, operator)
     page.click("nav >> text=Messages")
@@ -194,8 +186,8 @@ def test_operator_edits_and_retries_one_message(
 
 
 def test_hostile_payload_header_and_error_are_shown_as_text(page: Page, viewer: User, watched: Watched) -> None:
-    (stored,) = ingest(
-        letter(
+    (stored,) = store(
+        EnvelopeFactory.build(
             body=b"<script>alert('body')</script><img src=x onerror=\"alert('img')\">",
             error="<script>alert('error')</script>",
             error_type="<b>Bold</b>Error",
@@ -223,7 +215,7 @@ def test_hostile_payload_header_and_error_are_shown_as_text(page: Page, viewer: 
 
 
 def test_viewer_sees_no_recovery_controls(page: Page, viewer: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     log_in(page, viewer)
     page.goto(f"/messages/{stored.pk}/")
@@ -242,7 +234,7 @@ def test_dashboard_refreshes_itself_without_a_reload(page: Page, viewer: User) -
     page.evaluate("window.__sameDocument = true")
     expect(page.locator("#panels")).to_contain_text("No dead letters parked.")
 
-    ingest(letter(queue="payments", error="gateway returned 502"))
+    store(EnvelopeFactory.build(queue="payments", error="gateway returned 502"))
     page.locator("#panels .refresh a").click()
 
     expect(page.locator("#panels")).to_contain_text("payments.dlq")
@@ -253,7 +245,7 @@ def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched
     """htmx swaps the 409 fragment that explains a refused control (it swaps only 2xx replies by default)."""
     from dlqconsole.operations.planning import plan_operation
 
-    (stored,) = ingest(letter(queue="payments"))
+    (stored,) = store(EnvelopeFactory.build(queue="payments"))
     operation = plan_operation(kind="retry", filter={"queue": [stored.source_queue]}, actor=operator)
 
     log_in(page, operator)
@@ -268,17 +260,17 @@ def test_a_refused_control_says_why_in_place(page: Page, operator: User, watched
 
 
 def test_admin_types_the_count_to_start_a_purge_and_discards_a_plan_after_a_confirm(
-    page: Page, admin_user: User, celery_worker: Callable[[], object], watched: Watched
+    page: Page, admin_user: User, celery_worker: Callable[..., object], watched: Watched
 ) -> None:
     """Start on a purge deletes for good: the number of messages must be typed first (a wrong one is refused in
     place, nothing deleted). Discarding a plan asks in its own words."""
     from dlqconsole.operations.planning import plan_operation
 
-    stored = ingest(*(letter(queue="refunds", error="refund rejected by provider") for _ in range(3)))
+    stored = store(*(EnvelopeFactory.build(queue="refunds", error="refund rejected by provider") for _ in range(3)))
     ids = [row.pk for row in stored]
     purge = plan_operation(kind="purge", filter={"ids": ids}, actor=admin_user)
     other = plan_operation(kind="archive", filter={"ids": ids}, actor=admin_user)
-    celery_worker()
+    celery_worker(control=True)
 
     log_in(page, admin_user)
     page.goto(f"/operations/{other.pk}/")

@@ -9,7 +9,7 @@ from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import FailurePattern
 from tests.browser.conftest import log_in, screenshot
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,8 +35,10 @@ VISIBLE_CHARACTERS = """link => {
 
 
 def test_a_long_pattern_name_shows_almost_whole_on_a_1400_px_screen(page: Page, viewer: User) -> None:
-    ingest(*(letter(queue="billing", error=LONG_NAME, error_type="NullPointerException") for _ in range(3)))
-    ingest(letter(queue="orders", error="gateway returned 502", error_type="GatewayError"))
+    store(
+        *(EnvelopeFactory.build(queue="billing", error=LONG_NAME, error_type="NullPointerException") for _ in range(3))
+    )
+    store(EnvelopeFactory.build(queue="orders", error="gateway returned 502", error_type="GatewayError"))
     pattern = FailurePattern.objects.get(error_type="NullPointerException")
     assert len(pattern.template) == 60
 

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from dlqconsole.operations.models import Operation
 from tests.browser.conftest import Watched, log_in
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +20,7 @@ def test_an_edit_too_large_to_send_is_stopped_in_the_browser_with_the_reason(
     page: Page, operator: User, watched: Watched, settings: Any
 ) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024  # leaves 44 KB for an edit
-    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
     log_in(page, operator)
     page.goto(f"/messages/{stored.pk}/edit/")
     warning = page.locator("[data-size-error]")

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from tests.alerts.conftest import ingest
 from tests.browser.conftest import Watched, log_in
+from tests.factories import parked
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -22,8 +22,8 @@ def back(page: Page) -> None:
 
 
 def test_back_restores_the_filter_fields_of_the_address(page: Page, viewer: User, watched: Watched) -> None:
-    ingest(2, queue="orders.dlq", reason="TIMEOUT")
-    ingest(1, queue="payments.dlq", message="card declined", error_type="CardError", reason="VALIDATION_FAILED")
+    parked(2, queue="orders.dlq", reason="TIMEOUT")
+    parked(1, queue="payments.dlq", message="card declined", error_type="CardError", reason="VALIDATION_FAILED")
     log_in(page, viewer)
     page.goto("/messages/")
     rows = page.locator('#results tbody tr:has(a[href^="/messages/"])')

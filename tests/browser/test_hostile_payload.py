@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Watched, log_in
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 from tests.hostile import HOSTILE_BODIES
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -18,7 +18,7 @@ def test_the_indent_bomb_opens_as_text_with_a_notice_and_the_raw_download(
     page: Page, viewer: User, watched: Watched
 ) -> None:
     (bomb,) = [hostile for hostile in HOSTILE_BODIES if hostile.name == "indent-bomb-64k"]
-    (stored,) = ingest(letter(body=bomb.body))
+    (stored,) = store(EnvelopeFactory.build(body=bomb.body))
     log_in(page, viewer)
 
     response = page.goto(f"/messages/{stored.pk}/")

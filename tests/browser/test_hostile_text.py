@@ -9,9 +9,8 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from dlqconsole.alerts.evaluation import evaluate_rules
-from tests.alerts.conftest import rule
 from tests.browser.conftest import Watched, log_in
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, rule, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -19,9 +18,9 @@ OVERRIDE = "\u202e"
 
 
 def test_long_unbroken_values_do_not_widen_the_messages_table(page: Page, viewer: User, watched: Watched) -> None:
-    ingest(
-        letter(host="h" * 255, queue="q" * 200, error_type="E" * 250 + "Error"),
-        letter(host="payments-service-6c7f8b9d5-p3v6c"),
+    store(
+        EnvelopeFactory.build(host="h" * 255, queue="q" * 200, error_type="E" * 250 + "Error"),
+        EnvelopeFactory.build(host="payments-service-6c7f8b9d5-p3v6c"),
     )
     page.set_viewport_size({"width": 1366, "height": 900})
     log_in(page, viewer)
@@ -42,7 +41,7 @@ def test_long_unbroken_values_do_not_widen_the_messages_table(page: Page, viewer
 
 def test_a_right_to_left_override_cannot_reorder_an_alert_summary(page: Page, viewer: User) -> None:
     rule("new_pattern")
-    ingest(letter(error=f"invoice {OVERRIDE}exe.txt overdue", error_type="BillingError"))
+    store(EnvelopeFactory.build(error=f"invoice {OVERRIDE}exe.txt overdue", error_type="BillingError"))
     evaluate_rules()
     log_in(page, viewer)
     page.goto("/alerts/")

@@ -12,16 +12,8 @@ from playwright.sync_api import Dialog, Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation
-from tests.browser.conftest import (
-    WORKER_WAIT_MS,
-    Watched,
-    declare_with_dlq,
-    die_on_broker,
-    drain,
-    ingest_dlq,
-    log_in,
-    screenshot,
-)
+from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
+from tests.support import declare_with_dlq, die_on_broker, drain, ingest_from
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -51,7 +43,7 @@ def test_operator_retries_one_message_in_two_clicks(
     operator: User,
     orders: str,
     amqp_channel: BlockingChannel,
-    celery_worker: Callable[[], object],
+    celery_worker: Callable[..., object],
     watched: Watched,
 ) -> None:
     die_on_broker(
@@ -60,8 +52,8 @@ def test_operator_retries_one_message_in_two_clicks(
         [b'{"order": 77}'],
         headers={"x-exception-type": "TimeoutError", "x-exception-message": "upstream timed out"},
     )
-    (stored,) = ingest_dlq(amqp_channel, orders + ".dlq", expect=1)
-    celery_worker()
+    (stored,) = ingest_from(amqp_channel, orders + ".dlq", expect=1)
+    celery_worker(control=True)
     dialogs = accept_dialogs(page, watched)
 
     log_in(page, operator)

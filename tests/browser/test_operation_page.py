@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 from dlqconsole.operations.models import Operation, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import log_in
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -30,7 +30,7 @@ from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.operations.models import Operation
 from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import SCREENSHOTS, Watched, log_in
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -89,11 +89,13 @@ def build_world(admin: User) -> None:
     AlertRule.objects.filter(pk=named.pk).update(name="N" * 120)
     queues = ["orders", LONG_QUEUE, "billing"]
     letters = [
-        letter(queue=queues[number % 3], error=error, error_type=error_type, host=f"worker-{number}.eu-west-1")
+        EnvelopeFactory.build(
+            queue=queues[number % 3], error=error, error_type=error_type, host=f"worker-{number}.eu-west-1"
+        )
         for number, (error_type, error) in enumerate(ERRORS)
         for _copy in range(1 + (len(ERRORS) - number) // 10)
     ]
-    ingest(*letters)
+    store(*letters)
     plan_operation(kind="move", filter={"queue": [LONG_QUEUE + ".dlq"]}, actor=admin, target_queue=LONG_QUEUE)
     plan_operation(kind="retry", filter={}, actor=admin, rate="2/1s")
     # Finished ones with the longest labels of the operations list: a run cancelled part way (its Done cell says
@@ -265,9 +267,9 @@ def test_patterns_page_shows_25_patterns_on_a_full_hd_screen(page: Page, admin_u
 
 
 def test_a_filter_select_on_the_messages_page_filters_at_once(page: Page, operator: User, watched: Watched) -> None:
-    ingest(
-        letter(queue="orders", error="Request timed out after 3000ms", error_type="TimeoutError"),
-        letter(queue="orders", error="field email is not valid", error_type="ValidationError"),
+    store(
+        EnvelopeFactory.build(queue="orders", error="Request timed out after 3000ms", error_type="TimeoutError"),
+        EnvelopeFactory.build(queue="orders", error="field email is not valid", error_type="ValidationError"),
     )
     log_in(page, operator)
     page.goto("/messages/")

@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.planning import plan_operation
 from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -27,13 +27,13 @@ def downloaded(page: Page, link_name: str) -> list[dict[str, str]]:
 
 
 def test_admin_downloads_what_a_purge_will_delete_then_what_it_deleted(
-    page: Page, admin_user: User, celery_worker: Callable[[], object], watched: Watched
+    page: Page, admin_user: User, celery_worker: Callable[..., object], watched: Watched
 ) -> None:
-    stored = ingest(*(letter(queue="refunds", error="refund rejected by provider") for _ in range(3)))
+    stored = store(*(EnvelopeFactory.build(queue="refunds", error="refund rejected by provider") for _ in range(3)))
     ids = sorted(row.pk for row in stored)
     keys = {row.pk: row.dedupe_key for row in DeadLetter.objects.filter(pk__in=ids)}
     purge = plan_operation(kind="purge", filter={"ids": ids}, actor=admin_user)
-    celery_worker()
+    celery_worker(control=True)
     log_in(page, admin_user)
     page.goto(f"/operations/{purge.pk}/")
 

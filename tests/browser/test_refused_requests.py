@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import FailurePattern
-from tests.alerts.conftest import ingest
 from tests.browser.conftest import Watched, log_in
+from tests.factories import parked
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_a_triage_click_refused_for_an_expired_form_says_so(
     page: Page, live_server: Any, operator: User, watched: Watched
 ) -> None:
-    (letter,) = ingest(1)
+    (letter,) = parked(1)
     log_in(page, operator)
     page.goto(f"/patterns/{letter.pattern_id}/")
     # Another tab signed out and in again: the session's token changed, the one this page holds is out of date.

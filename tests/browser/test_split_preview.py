@@ -11,15 +11,15 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, FailurePattern
-from tests.alerts.conftest import ingest
 from tests.browser.conftest import DESKTOP, Watched, log_in
+from tests.factories import parked
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def timeouts() -> int:
-    ingest(3, message="Request timed out after 3000ms")
-    (short, _) = ingest(2, message="Request timed out after 1500ms")
+    parked(3, message="Request timed out after 3000ms")
+    (short, _) = parked(2, message="Request timed out after 1500ms")
     return short.pattern_id
 
 

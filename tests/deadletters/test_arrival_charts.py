@@ -17,7 +17,7 @@ from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation, start_operation
 from dlqconsole.operations.upkeep import delete_expired_archives
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter, many
+from tests.factories import EnvelopeFactory, many, store
 
 
 def run(kind: str, actor: User, **plan: Any) -> Operation:
@@ -37,7 +37,7 @@ def shown(html: str, label: str) -> str:
 @pytest.mark.sqlite
 def test_purged_dead_letters_still_show_on_the_dashboards_arrival_charts(admin_user: User, viewer: User) -> None:
     now = timezone.now()
-    ingest(*(letter(queue="orders") for _ in range(4)), now=now - dt.timedelta(hours=3))
+    store(*(EnvelopeFactory.build(queue="orders") for _ in range(4)), now=now - dt.timedelta(hours=3))
     many(3, queue="orders")
     many(2, queue="billing")
 
@@ -57,7 +57,7 @@ def test_purged_dead_letters_still_show_on_the_dashboards_arrival_charts(admin_u
 @pytest.mark.sqlite
 def test_archive_retention_leaves_the_arrivals_counted(admin_user: User) -> None:
     now = timezone.now().replace(minute=30, second=0, microsecond=0)
-    ingest(letter(), letter(), now=now - dt.timedelta(hours=2))
+    store(EnvelopeFactory.build(), EnvelopeFactory.build(), now=now - dt.timedelta(hours=2))
     run(OperationKind.ARCHIVE, admin_user, filter={})
 
     assert delete_expired_archives(now=now + dt.timedelta(days=60)) == 2
@@ -114,11 +114,11 @@ def test_the_migration_counts_the_arrivals_of_the_stored_dead_letters(migrate: A
 @pytest.mark.sqlite
 def test_each_minute_counts_in_its_bucket_and_a_consumer_clock_ahead_in_the_last() -> None:
     now = timezone.now().replace(minute=32, second=10, microsecond=0)
-    ingest(letter(), now=now.replace(minute=4, second=59) - dt.timedelta(hours=1))  # before the window
-    ingest(letter(), now=now.replace(minute=35, second=0) - dt.timedelta(hours=1))  # the first bucket
-    ingest(letter(queue="billing"), letter(), now=now.replace(minute=29, second=59))
-    ingest(letter(), now=now.replace(minute=30, second=0))
-    ingest(letter(), now=now + dt.timedelta(minutes=4))
+    store(EnvelopeFactory.build(), now=now.replace(minute=4, second=59) - dt.timedelta(hours=1))  # before the window
+    store(EnvelopeFactory.build(), now=now.replace(minute=35, second=0) - dt.timedelta(hours=1))  # the first bucket
+    store(EnvelopeFactory.build(queue="billing"), EnvelopeFactory.build(), now=now.replace(minute=29, second=59))
+    store(EnvelopeFactory.build(), now=now.replace(minute=30, second=0))
+    store(EnvelopeFactory.build(), now=now + dt.timedelta(minutes=4))
 
     hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
 

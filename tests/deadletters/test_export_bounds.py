@@ -22,7 +22,7 @@ from dlqconsole.deadletters import export_lines, exports
 from dlqconsole.deadletters.models import DeadLetter
 from tests.conftest import client_for
 from tests.deadletters.export_world import clear_export_leases
-from tests.deadletters.page_world import ingest, letter, many
+from tests.factories import EnvelopeFactory, many, store
 
 MB = 1024 * 1024
 BODY = 16 * MB
@@ -53,7 +53,7 @@ def streamed_peak(response: Any) -> tuple[int, int]:
 @pytest.mark.parametrize("export_format", ["jsonl", "csv"])
 def test_a_streamed_export_of_16_mb_bodies_keeps_memory_flat(viewer: User, export_format: str) -> None:
     for n in range(ROWS):
-        ingest(letter(body=bytes([ord("a") + n]) * BODY, content_type="text/plain"))
+        store(EnvelopeFactory.build(body=bytes([ord("a") + n]) * BODY, content_type="text/plain"))
 
     response = client_for(viewer).get(f"/messages/export/?format={export_format}")
     streamed, peak = streamed_peak(response)

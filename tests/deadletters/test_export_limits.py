@@ -22,7 +22,7 @@ from dlqconsole.deadletters import exports
 from dlqconsole.deadletters.views import messages as message_views
 from tests.conftest import client_for
 from tests.deadletters.export_world import clear_export_leases
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db]
 

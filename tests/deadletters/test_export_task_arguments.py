@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from pytest_django import Settings
 
 from dlqconsole.deadletters.tasks import delete_expired_exports_task, write_export_task
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

@@ -26,10 +26,10 @@ from dlqconsole.deadletters.models import (
 )
 from dlqconsole.ingest.services import ingest_batch
 from tests.deadletters.conftest import assert_counts_exact, make_letter
-from tests.ingest.conftest import (
-    ConsumerProcess,
+from tests.ingest.conftest import ConsumerProcess
+from tests.support import (
     DeadLetterQueue,
-    declare_dead_letter_queue,
+    declare_with_dlq,
     queue_depth,
     subprocess_database_url,
     wait_for_depth,
@@ -157,7 +157,7 @@ def consumers(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
 def test_two_consumers_make_the_same_patterns_as_one(
     queue_name: Callable[[str], str], amqp_channel: Any, consumers: Callable[..., ConsumerProcess]
 ) -> None:
-    queue = declare_dead_letter_queue(amqp_channel, queue_name("grouping"))
+    queue = declare_with_dlq(amqp_channel, queue_name("grouping"))
     rows = list(enumerate(stream()))
     # One consumer process per command (on PostgreSQL the command would otherwise fork one per core): the first
     # run is one consumer, the second exactly two competing ones.

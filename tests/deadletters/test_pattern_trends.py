@@ -24,8 +24,8 @@ from dlqconsole.deadletters.rule_services import split_pattern
 from dlqconsole.deadletters.services import merge_patterns
 from dlqconsole.operations.models import OperationKind
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
 from tests.deadletters.test_arrival_charts import run
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 HOUR = dt.timedelta(hours=1)
@@ -38,9 +38,9 @@ def day(pattern: FailurePattern | int, *, now: dt.datetime) -> list[int]:
 
 def test_ingest_counts_each_batch_in_its_pattern_and_hour() -> None:
     now = timezone.now().replace(minute=20)
-    timeouts = ingest(letter(), letter(), now=now - 3 * HOUR)
-    ingest(letter(), now=now - 3 * HOUR + dt.timedelta(minutes=5))
-    declines = ingest(letter(error="card declined", error_type="CardError"), now=now)
+    timeouts = store(EnvelopeFactory.build(), EnvelopeFactory.build(), now=now - 3 * HOUR)
+    store(EnvelopeFactory.build(), now=now - 3 * HOUR + dt.timedelta(minutes=5))
+    declines = store(EnvelopeFactory.build(error="card declined", error_type="CardError"), now=now)
 
     assert day(timeouts[0].pattern_id, now=now)[-4:] == [3, 0, 0, 0]
     assert day(declines[0].pattern_id, now=now)[-4:] == [0, 0, 0, 1]
@@ -48,8 +48,8 @@ def test_ingest_counts_each_batch_in_its_pattern_and_hour() -> None:
 
 def test_a_purge_leaves_the_patterns_sparkline(admin_user: User, viewer: User) -> None:
     now = timezone.now().replace(minute=20)
-    stored = ingest(*(letter() for _ in range(4)), now=now - 2 * HOUR)
-    ingest(letter(), now=now)
+    stored = store(*(EnvelopeFactory.build() for _ in range(4)), now=now - 2 * HOUR)
+    store(EnvelopeFactory.build(), now=now)
     pattern = FailurePattern.objects.get(pk=stored[0].pattern_id)
 
     purged = run(OperationKind.PURGE, admin_user, filter={"pattern": [pattern.pk]})
@@ -62,9 +62,11 @@ def test_a_purge_leaves_the_patterns_sparkline(admin_user: User, viewer: User) -
 
 def test_a_merge_moves_every_count_to_the_target_purged_arrivals_included(admin_user: User, operator: User) -> None:
     now = timezone.now().replace(minute=20)
-    source_rows = ingest(letter(error="user alice not found", error_type="LookupError"), now=now - 5 * HOUR)
-    ingest(letter(error="user alice not found", error_type="LookupError"), now=now - HOUR)
-    target_rows = ingest(letter(error="card declined", error_type="CardError"), now=now - HOUR)
+    source_rows = store(
+        EnvelopeFactory.build(error="user alice not found", error_type="LookupError"), now=now - 5 * HOUR
+    )
+    store(EnvelopeFactory.build(error="user alice not found", error_type="LookupError"), now=now - HOUR)
+    target_rows = store(EnvelopeFactory.build(error="card declined", error_type="CardError"), now=now - HOUR)
     source = FailurePattern.objects.get(pk=source_rows[0].pattern_id)
     target = FailurePattern.objects.get(pk=target_rows[0].pattern_id)
     run(OperationKind.PURGE, admin_user, filter={"ids": [source_rows[0].pk]})
@@ -77,8 +79,12 @@ def test_a_merge_moves_every_count_to_the_target_purged_arrivals_included(admin_
 
 def test_a_split_moves_the_counts_of_the_dead_letters_it_moves(operator: User) -> None:
     now = timezone.now().replace(minute=20)
-    ingest(letter(error="queue orders-eu full"), letter(error="queue orders-us full"), now=now - 2 * HOUR)
-    rows = ingest(letter(error="queue orders-eu full"), now=now)
+    store(
+        EnvelopeFactory.build(error="queue orders-eu full"),
+        EnvelopeFactory.build(error="queue orders-us full"),
+        now=now - 2 * HOUR,
+    )
+    rows = store(EnvelopeFactory.build(error="queue orders-eu full"), now=now)
     pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
     assert day(pattern, now=now)[-3:] == [2, 0, 1]
 
@@ -96,8 +102,8 @@ def test_buckets_are_whole_hours() -> None:
 
 def test_counts_past_the_retention_are_pruned() -> None:
     now = timezone.now()
-    old = ingest(letter(), now=now - ARRIVAL_COUNT_RETENTION - 2 * HOUR)
-    ingest(letter(), now=now)
+    old = store(EnvelopeFactory.build(), now=now - ARRIVAL_COUNT_RETENTION - 2 * HOUR)
+    store(EnvelopeFactory.build(), now=now)
 
     prune_arrival_counts(now=now)
 

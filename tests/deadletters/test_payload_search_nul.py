@@ -9,13 +9,13 @@ from django.contrib.auth.models import User
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.operations.models import Operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db]
 
 
 def test_export_with_a_nul_in_the_payload_search_streams_and_is_audited(viewer: User) -> None:
-    ingest(letter(body=b'{"a": "x\x00y"}'), letter(body=b'{"a": "plain"}'))
+    store(EnvelopeFactory.build(body=b'{"a": "x\x00y"}'), EnvelopeFactory.build(body=b'{"a": "plain"}'))
 
     response = client_for(viewer).get("/messages/export/", {"format": "csv", "payload": "x\x00y"})
 
@@ -27,7 +27,7 @@ def test_export_with_a_nul_in_the_payload_search_streams_and_is_audited(viewer: 
 
 
 def test_planning_from_a_payload_search_with_a_nul_is_refused_with_the_reason(operator: User) -> None:
-    ingest(letter(body=b'{"a": "x\x00y"}'))
+    store(EnvelopeFactory.build(body=b'{"a": "x\x00y"}'))
 
     response = client_for(operator).post("/operations/plan/", {"kind": "archive", "payload": "x\x00y", "scope": "all"})
 

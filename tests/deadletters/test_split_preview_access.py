@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 
 from dlqconsole.deadletters.models import FailurePattern
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -17,7 +17,7 @@ FORM = {"name": "ones", "regex": "user 1 ", "header": "", "action": "preview"}
 
 
 def two_users_pattern() -> FailurePattern:
-    ingest(letter(error="user 1 not found"), letter(error="user 2 not found"))
+    store(EnvelopeFactory.build(error="user 1 not found"), EnvelopeFactory.build(error="user 2 not found"))
     return FailurePattern.objects.get()
 
 

@@ -17,7 +17,7 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import Operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 SUBMISSION = "5" * 32
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.django_db]
 
 
 def test_viewer_cannot_edit_and_retry(viewer: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     client = client_for(viewer)
 
@@ -39,7 +39,7 @@ def test_viewer_cannot_edit_and_retry(viewer: User) -> None:
 
 
 def test_edit_form_starts_from_the_payload_and_headers(operator: User) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7, "note": "<b>x</b>"}', headers={"tenant": "acme"}))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7, "note": "<b>x</b>"}', headers={"tenant": "acme"}))
 
     html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
 
@@ -51,7 +51,7 @@ def test_edit_form_starts_from_the_payload_and_headers(operator: User) -> None:
 
 
 def test_edit_form_leaves_out_the_failed_attempts_error_headers_and_the_diff_shows_it(operator: User) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7}', headers={"tenant": "acme"}))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}', headers={"tenant": "acme"}))
     client = client_for(operator)
 
     html = client.get(f"/messages/{stored.pk}/edit/").content.decode()
@@ -71,7 +71,7 @@ def test_edit_form_leaves_out_the_failed_attempts_error_headers_and_the_diff_sho
 
 
 def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
     headers = {"tenant": "acme"}
 
     response = client_for(operator).post(
@@ -90,7 +90,7 @@ def test_preview_shows_the_diff_and_sends_nothing(operator: User) -> None:
 
 
 def test_headers_nested_past_the_parsers_depth_are_refused_not_a_500(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     response = client_for(operator).post(
         f"/messages/{stored.pk}/edit/", {"body": "{}", "headers": "[" * 200_000, "action": "send"}
@@ -102,7 +102,7 @@ def test_headers_nested_past_the_parsers_depth_are_refused_not_a_500(operator: U
 
 
 def test_bad_headers_json_is_explained(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     response = client_for(operator).post(
         f"/messages/{stored.pk}/edit/", {"body": "{}", "headers": "[1, 2", "action": "send"}
@@ -116,7 +116,7 @@ def test_bad_headers_json_is_explained(operator: User) -> None:
 def test_send_keeps_the_original_and_retries_a_linked_copy(
     operator: User, celery_queue: str, django_capture_on_commit_callbacks
 ) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7}', headers={"tenant": "acme"}))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}', headers={"tenant": "acme"}))
     original_body = bytes(stored.body)
 
     form = {
@@ -148,7 +148,7 @@ def test_send_keeps_the_original_and_retries_a_linked_copy(
 
 
 def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
-    (stored,) = ingest(letter(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
+    (stored,) = store(EnvelopeFactory.build(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
 
     html = client_for(operator).get(f"/messages/{stored.pk}/edit/").content.decode()
 
@@ -157,9 +157,9 @@ def test_binary_payload_cannot_be_edited_in_a_form(operator: User) -> None:
 
 def test_the_message_page_offers_no_edit_that_would_be_refused(operator: User, settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
-    (text,) = ingest(letter(body=b'{"order": 7}'))
-    (binary,) = ingest(letter(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
-    (large,) = ingest(letter(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
+    (text,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
+    (binary,) = store(EnvelopeFactory.build(body=b"\xff\xfe\x00binary", content_type="application/octet-stream"))
+    (large,) = store(EnvelopeFactory.build(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
     client = client_for(operator)
 
     assert f"/messages/{text.pk}/edit/" in client.get(f"/messages/{text.pk}/").content.decode()
@@ -170,7 +170,7 @@ def test_the_message_page_offers_no_edit_that_would_be_refused(operator: User, s
 
 
 def test_a_payload_edited_into_invalid_json_is_flagged_but_may_be_sent(operator: User) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7}', content_type="application/json"))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}', content_type="application/json"))
     form = {"headers": "{}", "action": "preview", "submission": SUBMISSION}
     client = client_for(operator)
 
@@ -187,8 +187,8 @@ def test_a_payload_edited_into_invalid_json_is_flagged_but_may_be_sent(operator:
 
 def test_a_payload_too_large_to_post_back_is_not_offered_for_editing(operator: User, settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
-    (small,) = ingest(letter(body=b'{"note": "' + b"x" * 20_000 + b'"}'))
-    (large,) = ingest(letter(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
+    (small,) = store(EnvelopeFactory.build(body=b'{"note": "' + b"x" * 20_000 + b'"}'))
+    (large,) = store(EnvelopeFactory.build(body=b'{"note": "' + b"x" * 60_000 + b'"}'))
     client = client_for(operator)
 
     assert "<textarea" in client.get(f"/messages/{small.pk}/edit/").content.decode()
@@ -203,7 +203,7 @@ def test_an_edit_grown_past_the_form_limit_is_refused_whole_and_the_form_says_so
     # The CSRF check reads the form before the view: the server can only refuse (400, nothing sent). The form
     # carries the limit so the browser refuses first and says why (tests/browser/test_message_retry.py).
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 300 * 1024
-    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
     client = client_for(operator, enforce_csrf_checks=True)
     page = client.get(f"/messages/{stored.pk}/edit/").content.decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
@@ -224,7 +224,7 @@ def test_an_edit_grown_past_the_form_limit_is_refused_whole_and_the_form_says_so
 def test_the_same_edit_sent_twice_at_once_sends_one_copy(operator: User, celery_queue: str) -> None:
     """Two requests with one submission token racing (a double click): the second waits for the first and
     returns its operation."""
-    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
     start = threading.Barrier(2)
     results: list[int] = []
     errors: list[BaseException] = []
@@ -261,7 +261,7 @@ def test_the_same_edit_sent_twice_at_once_sends_one_copy(operator: User, celery_
 def test_a_header_amqp_cannot_carry_is_refused_and_nothing_is_sent_or_archived(
     operator: User, value: str, json_text: str
 ) -> None:
-    (stored,) = ingest(letter(body=b'{"order": 7}'))
+    (stored,) = store(EnvelopeFactory.build(body=b'{"order": 7}'))
 
     response = client_for(operator).post(
         f"/messages/{stored.pk}/edit/",
@@ -283,7 +283,7 @@ def test_a_header_amqp_cannot_carry_is_refused_and_nothing_is_sent_or_archived(
     ],
 )
 def test_a_payload_a_form_would_change_is_not_offered_for_editing(operator: User, body: bytes, why: str) -> None:
-    (stored,) = ingest(letter(body=body, content_type="text/plain"))
+    (stored,) = store(EnvelopeFactory.build(body=body, content_type="text/plain"))
     client = client_for(operator)
 
     edit_page = client.get(f"/messages/{stored.pk}/edit/").content.decode()
@@ -298,7 +298,7 @@ def test_a_payload_a_form_would_change_is_not_offered_for_editing(operator: User
 def test_a_crlf_payload_keeps_its_line_endings_when_edited(
     operator: User, celery_queue: str, django_capture_on_commit_callbacks
 ) -> None:
-    (stored,) = ingest(letter(body=b"line one\r\nline two\r\n", content_type="text/plain"))
+    (stored,) = store(EnvelopeFactory.build(body=b"line one\r\nline two\r\n", content_type="text/plain"))
 
     with django_capture_on_commit_callbacks(execute=True):
         # The browser sends every line break of a textarea as CRLF.

@@ -18,7 +18,7 @@ from django.test import Client
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters import export_lines, exports
 from tests.deadletters.export_world import clear_export_leases
-from tests.deadletters.page_world import ingest, letter, many
+from tests.factories import EnvelopeFactory, many, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -50,7 +50,7 @@ def body_of(response) -> str:  # type: ignore[no-untyped-def]
 @pytest.mark.sqlite
 def test_csv_export_streams_the_filtered_set(viewer_client: Client) -> None:
     many(3, queue="orders")
-    ingest(letter(queue="billing", error='=HYPERLINK("http://evil")', error_type="CardError"))
+    store(EnvelopeFactory.build(queue="billing", error='=HYPERLINK("http://evil")', error_type="CardError"))
 
     response = viewer_client.get("/messages/export/?format=csv&queue=billing.dlq")
 
@@ -66,8 +66,8 @@ def test_csv_export_streams_the_filtered_set(viewer_client: Client) -> None:
 
 @pytest.mark.sqlite
 def test_jsonl_export_keeps_binary_bodies_as_base64(viewer_client: Client) -> None:
-    ingest(letter(body=b"\x00\xffbinary", content_type="application/octet-stream"))
-    ingest(letter(body=b'{"ok": true}'))
+    store(EnvelopeFactory.build(body=b"\x00\xffbinary", content_type="application/octet-stream"))
+    store(EnvelopeFactory.build(body=b'{"ok": true}'))
 
     response = viewer_client.get("/messages/export/?format=jsonl")
 
@@ -82,8 +82,8 @@ def test_jsonl_export_keeps_binary_bodies_as_base64(viewer_client: Client) -> No
 
 @pytest.mark.sqlite
 def test_csv_export_writes_a_text_body_holding_nul_as_base64(viewer_client: Client) -> None:
-    ingest(letter(body=b"nul\x00body", content_type="text/plain"))
-    ingest(letter(body=b"plain text"))
+    store(EnvelopeFactory.build(body=b"nul\x00body", content_type="text/plain"))
+    store(EnvelopeFactory.build(body=b"plain text"))
 
     text = body_of(viewer_client.get("/messages/export/?format=csv"))
 
@@ -118,7 +118,7 @@ def test_bodies_written_in_pieces_read_back_whole(viewer_client: Client, monkeyp
         "short",
     ]
     for body in bodies:
-        ingest(letter(body=body.encode("latin-1" if body.startswith("\xff") else "utf-8")))
+        store(EnvelopeFactory.build(body=body.encode("latin-1" if body.startswith("\xff") else "utf-8")))
     expected = sorted(body.encode("latin-1" if body.startswith("\xff") else "utf-8") for body in bodies)
 
     jsonl = body_of(viewer_client.get("/messages/export/?format=jsonl"))

@@ -17,7 +17,7 @@ from django.utils import timezone
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
 from dlqconsole.ingest.envelope import parse_envelope
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -57,7 +57,7 @@ def test_stamp_stays_plain_text_inside_an_attribute() -> None:
 
 
 def test_message_detail_shows_times_with_their_zone(viewer_client: Client) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
 
@@ -85,7 +85,7 @@ def stored_with(*, headers: dict[str, Any] | None = None, **properties: Any) -> 
         properties=pika.BasicProperties(headers={"x-death": [death], **(headers or {})}, **properties),
         now=timezone.now(),
     )
-    (stored,) = ingest(parsed)
+    (stored,) = store(parsed)
     return stored
 
 

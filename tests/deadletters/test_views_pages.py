@@ -22,7 +22,7 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLette
 from dlqconsole.deadletters.views import messages as message_views
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import settle
-from tests.deadletters.page_world import ingest, letter, many
+from tests.factories import EnvelopeFactory, many, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -64,13 +64,13 @@ def test_dashboard_shows_parked_per_queue_from_the_counters(viewer_client: Clien
 @pytest.mark.sqlite
 def test_queue_summaries_give_the_oldest_and_newest_parked_arrival() -> None:
     now = timezone.now()
-    first = ingest(letter(queue="orders"), now=now - dt.timedelta(hours=5))
-    ingest(letter(queue="orders"), now=now - dt.timedelta(hours=1))
-    ingest(letter(queue="billing"), now=now - dt.timedelta(minutes=3))
+    first = store(EnvelopeFactory.build(queue="orders"), now=now - dt.timedelta(hours=5))
+    store(EnvelopeFactory.build(queue="orders"), now=now - dt.timedelta(hours=1))
+    store(EnvelopeFactory.build(queue="billing"), now=now - dt.timedelta(minutes=3))
     DeadLetter.objects.filter(pk=first[0].pk).update(status=DeadLetterStatus.REPLAYED)
     cell = ("orders.dlq", first[0].pattern_id, first[0].failure_reason)
     add_counts([(*cell, DeadLetterStatus.PARKED, -1), (*cell, DeadLetterStatus.REPLAYED, 1)])
-    ingest(letter(queue="orders"), now=now - dt.timedelta(minutes=1))
+    store(EnvelopeFactory.build(queue="orders"), now=now - dt.timedelta(minutes=1))
 
     found = {summary.queue: summary for summary in selectors.queue_summaries()}
 
@@ -98,10 +98,10 @@ def test_dashboard_fragment_is_only_the_panels(viewer_client: Client) -> None:
 def test_arrivals_counts_each_bucket_of_the_window() -> None:
     now = timezone.now()
     # In arrival order, as ingest writes them (ids rise with arrival time).
-    ingest(letter(), now=now - dt.timedelta(days=3))
-    ingest(letter(), now=now - dt.timedelta(hours=3))
-    ingest(letter(), now=now - dt.timedelta(minutes=22))
-    ingest(letter(), letter(), now=now - dt.timedelta(minutes=1))
+    store(EnvelopeFactory.build(), now=now - dt.timedelta(days=3))
+    store(EnvelopeFactory.build(), now=now - dt.timedelta(hours=3))
+    store(EnvelopeFactory.build(), now=now - dt.timedelta(minutes=22))
+    store(EnvelopeFactory.build(), EnvelopeFactory.build(), now=now - dt.timedelta(minutes=1))
 
     hour = selectors.arrivals(now=now, width=dt.timedelta(minutes=5), buckets=12)
     day = selectors.arrivals(now=now, width=dt.timedelta(hours=1), buckets=24)
@@ -116,8 +116,10 @@ def test_arrivals_counts_each_bucket_of_the_window() -> None:
 @pytest.mark.sqlite
 def test_arrivals_count_every_status_and_leave_quiet_hours_empty() -> None:
     now = timezone.now().replace(minute=30, second=0, microsecond=0)
-    early = ingest(letter(), letter(), letter(), now=now - dt.timedelta(hours=5))
-    ingest(letter(), now=now - dt.timedelta(hours=2))
+    early = store(
+        EnvelopeFactory.build(), EnvelopeFactory.build(), EnvelopeFactory.build(), now=now - dt.timedelta(hours=5)
+    )
+    store(EnvelopeFactory.build(), now=now - dt.timedelta(hours=2))
     # The first arrival of an hour may be archived or replayed by now: it still arrived then.
     DeadLetter.objects.filter(pk=early[0].pk).update(status=DeadLetterStatus.ARCHIVED)
     DeadLetter.objects.filter(pk=early[1].pk).update(status=DeadLetterStatus.REPLAYED)
@@ -131,8 +133,10 @@ def test_arrivals_count_every_status_and_leave_quiet_hours_empty() -> None:
 @pytest.mark.sqlite
 def test_pattern_trends_count_arrivals_per_pattern() -> None:
     now = timezone.now()
-    timeouts = ingest(letter(), letter(), now=now - dt.timedelta(hours=2))
-    declines = ingest(letter(error="card declined", error_type="CardError"), now=now - dt.timedelta(minutes=5))
+    timeouts = store(EnvelopeFactory.build(), EnvelopeFactory.build(), now=now - dt.timedelta(hours=2))
+    declines = store(
+        EnvelopeFactory.build(error="card declined", error_type="CardError"), now=now - dt.timedelta(minutes=5)
+    )
 
     trends = selectors.pattern_trends(
         pattern_ids=[timeouts[0].pattern_id, declines[0].pattern_id], now=now, width=dt.timedelta(hours=1), buckets=24
@@ -290,8 +294,10 @@ def test_messages_page_walks_pages_by_keyset_without_offset(viewer_client: Clien
 
 @pytest.mark.sqlite
 def test_messages_page_filters_by_each_field(viewer_client: Client) -> None:
-    ingest(letter(queue="orders", priority=9, host="web-7", version="2.0.0", body=b'{"sku": "ABC-123"}'))
-    ingest(letter(queue="billing", error="card declined", error_type="CardError", priority=1, host="web-1"))
+    store(EnvelopeFactory.build(queue="orders", priority=9, host="web-7", version="2.0.0", body=b'{"sku": "ABC-123"}'))
+    store(
+        EnvelopeFactory.build(queue="billing", error="card declined", error_type="CardError", priority=1, host="web-1")
+    )
 
     def shown(query: str) -> set[str]:
         html = viewer_client.get(f"/messages/?{query}", headers=HX).content.decode()
@@ -391,8 +397,10 @@ def test_messages_page_keeps_the_filter_in_bookmarkable_links(viewer_client: Cli
 
 @pytest.mark.sqlite
 def test_message_detail_shows_every_part(viewer_client: Client) -> None:
-    (stored,) = ingest(
-        letter(body=json.dumps({"order": 42, "items": [1, 2]}).encode(), headers={"tenant": "acme", "retry": 3})
+    (stored,) = store(
+        EnvelopeFactory.build(
+            body=json.dumps({"order": 42, "items": [1, 2]}).encode(), headers={"tenant": "acme", "retry": 3}
+        )
     )
 
     page = viewer_client.get(f"/messages/{stored.pk}/")
@@ -410,7 +418,7 @@ def test_message_detail_shows_every_part(viewer_client: Client) -> None:
 
 @pytest.mark.sqlite
 def test_message_detail_shows_binary_payload_as_hex(viewer_client: Client) -> None:
-    (stored,) = ingest(letter(body=bytes(range(256)), content_type="application/octet-stream"))
+    (stored,) = store(EnvelopeFactory.build(body=bytes(range(256)), content_type="application/octet-stream"))
 
     html = viewer_client.get(f"/messages/{stored.pk}/").content.decode()
 
@@ -420,8 +428,8 @@ def test_message_detail_shows_binary_payload_as_hex(viewer_client: Client) -> No
 
 @pytest.mark.sqlite
 def test_message_detail_escapes_markup_in_payload_headers_and_error(viewer_client: Client) -> None:
-    (stored,) = ingest(
-        letter(
+    (stored,) = store(
+        EnvelopeFactory.build(
             body=b"<script>alert('body')</script>",
             error="<script>alert('error')</script>",
             headers={"x-note": "<img src=x onerror=alert('header')>"},
@@ -453,7 +461,7 @@ def test_message_detail_links_boomerangs_and_edits(viewer_client: Client) -> Non
 
 @pytest.mark.sqlite
 def test_raw_body_downloads_as_an_attachment(viewer_client: Client) -> None:
-    (stored,) = ingest(letter(body=b"<b>raw</b>\x00\xff"))
+    (stored,) = store(EnvelopeFactory.build(body=b"<b>raw</b>\x00\xff"))
 
     response = viewer_client.get(f"/messages/{stored.pk}/body/")
 

@@ -9,7 +9,7 @@ from django.utils.html import escape
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent, PatternStatus
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db]
 

@@ -10,7 +10,7 @@ from django.utils.html import escape
 from dlqconsole.deadletters.models import FailurePattern, PatternStatus
 from dlqconsole.deadletters.services import assign_pattern
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db]
 

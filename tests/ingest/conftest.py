@@ -11,60 +11,21 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pika
 import psutil
 import pytest
-from django.db import connection
 
-from dlqconsole.core.amqp import connect
 from dlqconsole.ingest.consumer import DeadLetterConsumer
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True)
-class DeadLetterQueue:
-    work: str
-    dlq: str
-
-
-def declare_dead_letter_queue(channel: Any, work: str) -> DeadLetterQueue:
-    channel.exchange_declare(exchange=f"{work}.dlx", exchange_type="fanout", durable=True)
-    channel.queue_declare(queue=f"{work}.dlq", durable=True)
-    channel.queue_bind(queue=f"{work}.dlq", exchange=f"{work}.dlx")
-    channel.queue_declare(queue=work, durable=True, arguments={"x-dead-letter-exchange": f"{work}.dlx"})
-    return DeadLetterQueue(work=work, dlq=f"{work}.dlq")
+from tests.factories import dead_letter_properties
+from tests.support import ROOT, DeadLetterQueue, declare_with_dlq, subprocess_database_url, wait_for_depth
 
 
 @pytest.fixture
 def dead_letter_queue(queue_name: Callable[[str], str], amqp_channel: Any) -> DeadLetterQueue:
-    return declare_dead_letter_queue(amqp_channel, queue_name("orders"))
-
-
-def dead_letter_properties(index: int, **overrides: Any) -> pika.BasicProperties:
-    """Properties of a realistic failed message; expiration "0" makes the broker dead-letter it at once."""
-    values: dict[str, Any] = {
-        "message_id": f"m-{index}",
-        "content_type": "application/json",
-        "delivery_mode": 2,
-        "expiration": "0",
-        "headers": {
-            "x-exception-type": ["TimeoutError", "ValidationError", "ConnectionResetError"][index % 3],
-            "x-exception-message": [
-                f"Request to payments-{index % 40} timed out after {index}ms",
-                f"Field amount_{index % 50} of order {index} is invalid",
-                f"Connection reset by peer (node {index % 30})",
-            ][index % 3],
-        },
-    }
-    values.update(overrides)
-    return pika.BasicProperties(**values)
+    return declare_with_dlq(amqp_channel, queue_name("orders"))
 
 
 def publish_dead_letters(
@@ -80,42 +41,6 @@ def publish_dead_letters(
         )
     if wait:
         assert wait_for_depth(channel, queue.dlq, len(indexes), timeout=timeout) == len(indexes)
-
-
-def wait_for_depth(channel: Any, queue: str, depth: int, timeout: float = 15.0) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        count = int(channel.queue_declare(queue=queue, passive=True).method.message_count)
-        if count >= depth or time.monotonic() > deadline:
-            return count
-        time.sleep(0.05)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
-
-
-def queue_depth(queue: str) -> int:
-    amqp = connect()
-    try:
-        return int(amqp.channel().queue_declare(queue=queue, passive=True).method.message_count)
-    finally:
-        amqp.close()
-
-
-def subprocess_database_url() -> str:
-    """The URL of the database this test runs against (pytest-django's test_<name>), for subprocesses."""
-    settings = connection.settings_dict
-    assert settings["ENGINE"] == "django.db.backends.postgresql", "consumer subprocesses need PostgreSQL"
-    user = settings.get("USER") or "postgres"
-    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
-    host = f"{settings.get('HOST') or '127.0.0.1'}:{settings.get('PORT') or 5432}"
-    return f"postgres://{user}{password}@{host}/{settings['NAME']}"
 
 
 class ConsumerProcess:

@@ -17,8 +17,9 @@ from dlqconsole.deadletters.counters import arrival_minute, prune_arrival_counts
 from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, ArrivalCount
 from dlqconsole.deadletters.tasks import delete_expired_exports_task, prune_arrival_counts_task
 from dlqconsole.ingest.services import ingest_batch
-from tests.deadletters.page_world import letter
-from tests.ingest.conftest import DeadLetterQueue, publish_dead_letters
+from tests.factories import EnvelopeFactory
+from tests.ingest.conftest import publish_dead_letters
+from tests.support import DeadLetterQueue
 
 AT = dt.datetime(2026, 11, 26, 9, 41, 37, 250000, tzinfo=dt.UTC)
 
@@ -30,9 +31,19 @@ def counted() -> dict[tuple[dt.datetime, str], int]:
 @pytest.mark.django_db
 @pytest.mark.sqlite
 def test_ingest_counts_each_batchs_arrivals_in_its_minute_per_queue() -> None:
-    ingest_batch(letters=[letter(queue="orders"), letter(queue="orders"), letter(queue="billing")], now=AT)
-    ingest_batch(letters=[letter(queue="orders")], now=AT + dt.timedelta(seconds=10))
-    ingest_batch(letters=[letter(queue="orders"), letter(queue="orders")], now=AT + dt.timedelta(seconds=30))
+    ingest_batch(
+        letters=[
+            EnvelopeFactory.build(queue="orders"),
+            EnvelopeFactory.build(queue="orders"),
+            EnvelopeFactory.build(queue="billing"),
+        ],
+        now=AT,
+    )
+    ingest_batch(letters=[EnvelopeFactory.build(queue="orders")], now=AT + dt.timedelta(seconds=10))
+    ingest_batch(
+        letters=[EnvelopeFactory.build(queue="orders"), EnvelopeFactory.build(queue="orders")],
+        now=AT + dt.timedelta(seconds=30),
+    )
 
     minute = dt.datetime(2026, 11, 26, 9, 41, tzinfo=dt.UTC)
     assert counted() == {
@@ -45,13 +56,13 @@ def test_ingest_counts_each_batchs_arrivals_in_its_minute_per_queue() -> None:
 @pytest.mark.django_db
 @pytest.mark.sqlite
 def test_redelivered_dead_letters_are_not_counted_again() -> None:
-    first = [letter(), letter()]
+    first = [EnvelopeFactory.build(), EnvelopeFactory.build()]
     ingest_batch(letters=first, now=AT)
     for redelivered in first:
         redelivered.redelivered = True
 
     # Redelivered after a crash between commit and ack, next to one new dead letter.
-    result = ingest_batch(letters=[*first, letter()], now=AT + dt.timedelta(seconds=5))
+    result = ingest_batch(letters=[*first, EnvelopeFactory.build()], now=AT + dt.timedelta(seconds=5))
 
     assert result.inserted == 1
     assert counted() == {(arrival_minute(AT), "orders.dlq"): 3}
@@ -60,7 +71,7 @@ def test_redelivered_dead_letters_are_not_counted_again() -> None:
 @pytest.mark.django_db
 @pytest.mark.sqlite
 def test_a_batch_that_stores_nothing_new_writes_no_count() -> None:
-    first = [letter()]
+    first = [EnvelopeFactory.build()]
     ingest_batch(letters=first, now=AT)
     first[0].redelivered = True
 
@@ -91,7 +102,7 @@ def test_the_hourly_retention_prunes_arrival_counts_past_the_charts_window() -> 
     old = now - ARRIVAL_COUNT_RETENTION - dt.timedelta(minutes=2)
     kept = now - ARRIVAL_COUNT_RETENTION + dt.timedelta(minutes=2)
     for moment in (old, kept, now):
-        ingest_batch(letters=[letter()], now=moment)
+        ingest_batch(letters=[EnvelopeFactory.build()], now=moment)
 
     assert prune_arrival_counts_task() == 1
 
@@ -105,7 +116,7 @@ def test_the_hourly_retention_prunes_arrival_counts_past_the_charts_window() -> 
 @time_machine.travel(dt.datetime(2026, 11, 26, 9, 30, tzinfo=dt.UTC), tick=False)
 def test_the_export_retention_deletes_export_files_only() -> None:
     old = timezone.now() - ARRIVAL_COUNT_RETENTION - dt.timedelta(minutes=2)
-    ingest_batch(letters=[letter()], now=old)
+    ingest_batch(letters=[EnvelopeFactory.build()], now=old)
 
     delete_expired_exports_task()
 

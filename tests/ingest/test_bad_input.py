@@ -29,7 +29,8 @@ from django.conf import settings
 from django.core.management import call_command
 
 from dlqconsole.core.amqp import connect
-from tests.ingest.conftest import ConsumerProcess, declare_dead_letter_queue, wait_for_depth
+from tests.ingest.conftest import ConsumerProcess
+from tests.support import declare_with_dlq, wait_for_depth
 
 # Makes pytest-django set up the test database even when this module runs alone (the fixture needs it).
 pytestmark = pytest.mark.django_db
@@ -197,14 +198,14 @@ class Run:
 @pytest.fixture(scope="module")
 def run(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     """Publish every case, drain the DLQ with one consume_dlq process, read back what it stored."""
-    from tests.ingest.conftest import subprocess_database_url
+    from tests.support import subprocess_database_url
 
     with django_db_blocker.unblock():
         database_url = subprocess_database_url()
     work = f"t{uuid.uuid4().hex[:10]}.hostile"
     amqp = connect()
     channel = amqp.channel()
-    queues = declare_dead_letter_queue(channel, work)
+    queues = declare_with_dlq(channel, work)
     try:
         for case in CASES:
             channel.basic_publish(

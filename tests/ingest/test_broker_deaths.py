@@ -6,7 +6,6 @@ The queues are declared through dlqconsole.ingest.topology, as production queues
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,19 +20,11 @@ from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.demo import celery_app
 from dlqconsole.ingest.demo.service import CeleryWorker
 from dlqconsole.ingest.topology import declare_queue_topology
+from tests.support import wait_for_depth
 
 # consume_dlq runs in this process and manages its own transactions (commit, then ack), so the tests run
 # outside a wrapping transaction.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
-
-
-def wait_for_depth(channel: BlockingChannel, queue: str, depth: int, timeout: float = 15.0) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        count = channel.queue_declare(queue=queue, passive=True).method.message_count
-        if count >= depth or time.monotonic() > deadline:
-            return count
-        time.sleep(0.05)
 
 
 def ingest_dlq(channel: BlockingChannel, dead_letter_queue: str, expected: int) -> list[DeadLetter]:

@@ -20,7 +20,7 @@ from django.db import connection
 
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.consumer import DeadLetterConsumer
-from tests.ingest.conftest import DeadLetterQueue, subprocess_database_url, wait_for_depth
+from tests.support import DeadLetterQueue, subprocess_database_url, wait_for_depth
 
 MB = 1024 * 1024
 

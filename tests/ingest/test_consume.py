@@ -26,16 +26,9 @@ from dlqconsole.ingest.consumer import DeadLetterConsumer
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 from dlqconsole.ingest.services import ingest_batch
-from tests.ingest.conftest import (
-    ConsumerProcess,
-    DeadLetterQueue,
-    dead_letter_properties,
-    declare_dead_letter_queue,
-    publish_dead_letters,
-    queue_depth,
-    subprocess_database_url,
-    wait_until,
-)
+from tests.factories import dead_letter_properties
+from tests.ingest.conftest import ConsumerProcess, publish_dead_letters
+from tests.support import DeadLetterQueue, declare_with_dlq, queue_depth, subprocess_database_url, wait_until
 
 transactional = pytest.mark.django_db(transaction=True)
 
@@ -144,13 +137,13 @@ def test_missing_queue_is_reported_and_consumed_once_declared(
 def test_watched_queues_are_consumed_and_new_ones_picked_up(
     queue_name: Callable[[str], str], amqp_channel: Any, make_consumer: Callable[..., DeadLetterConsumer]
 ) -> None:
-    first = declare_dead_letter_queue(amqp_channel, queue_name("first"))
+    first = declare_with_dlq(amqp_channel, queue_name("first"))
     WatchedQueue.objects.create(name=first.work, dead_letter_queue=first.dlq, dead_letter_exchange=f"{first.work}.dlx")
     publish_dead_letters(amqp_channel, first, range(3))
     consumer = make_consumer(batch_seconds=0.05, refresh_seconds=0.3)
     step_until(consumer, lambda: DeadLetter.objects.count() == 3)
 
-    second = declare_dead_letter_queue(amqp_channel, queue_name("second"))
+    second = declare_with_dlq(amqp_channel, queue_name("second"))
     WatchedQueue.objects.create(
         name=second.work, dead_letter_queue=second.dlq, dead_letter_exchange=f"{second.work}.dlx"
     )

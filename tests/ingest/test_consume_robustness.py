@@ -34,14 +34,9 @@ from django.db.models import Sum
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.ingest.models import IngestStat
-from tests.ingest.conftest import (
-    ROOT,
-    ConsumerProcess,
-    DeadLetterQueue,
-    dead_letter_properties,
-    queue_depth,
-    wait_until,
-)
+from tests.factories import dead_letter_properties
+from tests.ingest.conftest import ConsumerProcess
+from tests.support import ROOT, DeadLetterQueue, queue_depth, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

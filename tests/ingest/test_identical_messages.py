@@ -22,7 +22,7 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 from tests.conftest import client_for
-from tests.ingest.conftest import DeadLetterQueue
+from tests.support import DeadLetterQueue
 
 AT = dt.datetime(2026, 11, 27, 10, 0, tzinfo=dt.UTC)
 

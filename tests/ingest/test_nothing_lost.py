@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from tests.hostile import HOSTILE_BODIES
-from tests.ingest.conftest import DeadLetterQueue, subprocess_database_url, wait_for_depth
+from tests.support import DeadLetterQueue, subprocess_database_url, wait_for_depth
 
 REJECTED = 300
 EXPIRED = 50

@@ -16,15 +16,9 @@ import pytest
 
 from dlqconsole.ingest import supervisor
 from dlqconsole.ingest.supervisor import default_processes
-from tests.ingest.conftest import (
-    ROOT,
-    ConsumerProcess,
-    DeadLetterQueue,
-    publish_dead_letters,
-    queue_depth,
-    wait_until,
-)
+from tests.ingest.conftest import ConsumerProcess, publish_dead_letters
 from tests.ingest.test_consume import counters
+from tests.support import ROOT, DeadLetterQueue, queue_depth, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -11,17 +10,9 @@ from pika.exceptions import ChannelClosedByBroker
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.ingest.topology import TopologyError, declare_queue_topology, queue_arguments
+from tests.support import wait_for_depth
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
-
-
-def wait_for_depth(channel: Channel, queue: str, depth: int, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        count = channel.queue_declare(queue=queue, passive=True).method.message_count
-        if count >= depth or time.monotonic() > deadline:
-            return count
-        time.sleep(0.05)
 
 
 def test_declare_topology_dead_letters_rejected_messages_into_the_dlq(

@@ -16,7 +16,7 @@ from dlqconsole.operations.models import OperationKind
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation, start_operation
 from dlqconsole.operations.upkeep import delete_expired_archives
-from tests.operations.conftest import synthetic_dead_letters
+from tests.factories import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db]
 

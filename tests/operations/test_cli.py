@@ -8,7 +8,8 @@ from django.core.management import CommandError, call_command
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationStatus
-from tests.operations.conftest import declare_with_dlq, synthetic_dead_letters, wait_for_depth
+from tests.factories import synthetic_dead_letters
+from tests.support import declare_with_dlq, wait_for_depth
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from dlqconsole.operations.policies import schedule_new_dead_letters
 from dlqconsole.operations.services import run_operation, start_operation
 from dlqconsole.operations.taking import CUT_BODY
 from tests.conftest import client_for
-from tests.operations.conftest import declare_with_dlq, drain
+from tests.support import declare_with_dlq, drain
 
 pytestmark = pytest.mark.django_db
 

@@ -22,8 +22,8 @@ from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import start_operation
 from tests.conftest import client_for
 from tests.deadletters.export_world import clear_export_leases
-from tests.deadletters.page_world import many
-from tests.operations.conftest import Worker
+from tests.factories import many
+from tests.support import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

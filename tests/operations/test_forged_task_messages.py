@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
-from tests.operations.conftest import Worker
+from tests.support import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from dlqconsole.operations.services import (
     start_operation,
 )
 from dlqconsole.operations.upkeep import delete_expired_archives, requeue_stale_operations
-from tests.operations.conftest import synthetic_dead_letters
+from tests.factories import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

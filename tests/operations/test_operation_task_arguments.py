@@ -22,7 +22,7 @@ from dlqconsole.operations.tasks import (
     start_due_retries,
     sweep_operations,
 )
-from tests.operations.conftest import synthetic_dead_letters
+from tests.factories import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db]
 

@@ -17,7 +17,7 @@ from dlqconsole.operations import routing
 from dlqconsole.operations.models import OperationKind
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.routing import Api, api_from_settings, api_from_urls, topic_matches
-from tests.operations.conftest import declare_with_dlq, ingest_from, kill_on_broker, wait_for_depth
+from tests.support import declare_with_dlq, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from django.test import Client
 
 from dlqconsole.operations.models import OperationKind
 from dlqconsole.operations.planning import plan_operation
-from tests.operations.conftest import declare_with_dlq, ingest_from, kill_on_broker, wait_for_depth
+from tests.support import declare_with_dlq, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from dlqconsole.deadletters.models import FailurePattern
 from dlqconsole.operations.models import Operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
+from tests.factories import EnvelopeFactory, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.django_db]
     ],
 )
 def test_a_move_target_with_a_nul_or_too_long_is_refused(operator: User, field: str, value: str) -> None:
-    ingest(letter())
+    store(EnvelopeFactory.build())
     data = {"kind": "move", "queue": "orders.dlq", "scope": "all", field: value}
     if field == "target_routing_key":
         data["target_exchange"] = "shop"
@@ -41,7 +41,7 @@ def test_a_move_target_with_a_nul_or_too_long_is_refused(operator: User, field: 
 
 
 def test_a_note_with_a_nul_is_refused_with_the_reason(operator: User) -> None:
-    ingest(letter())
+    store(EnvelopeFactory.build())
     pattern = FailurePattern.objects.get()
     client = client_for(operator)
 

@@ -12,7 +12,8 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount
 from dlqconsole.operations.models import OperationKind, RetryPolicy, SchedulerCursor
 from dlqconsole.operations.policies import schedule_new_dead_letters, start_due_retries
 from dlqconsole.operations.services import run_operation
-from tests.operations.conftest import declare_with_dlq, synthetic_dead_letters, wait_for_depth
+from tests.factories import synthetic_dead_letters
+from tests.support import declare_with_dlq, wait_for_depth
 
 EARLIER = dt.timedelta(minutes=5)
 

@@ -16,7 +16,7 @@ from dlqconsole.core.publish import (
     ConfirmedPublisher,
     Message,
 )
-from tests.operations.conftest import wait_for_depth
+from tests.support import wait_for_depth
 
 
 def messages(queue: str, count: int, *, start: int = 0) -> list[Message]:

@@ -23,7 +23,7 @@ from dlqconsole.operations.models import Operation, OperationStatus, PurgedDeadL
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation
 from tests.conftest import client_for
-from tests.operations.conftest import synthetic_dead_letters
+from tests.factories import synthetic_dead_letters
 
 pytestmark = [pytest.mark.django_db]
 

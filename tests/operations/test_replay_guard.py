@@ -40,7 +40,7 @@ from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.policies import schedule_new_dead_letters, start_due_retries
 from dlqconsole.operations.services import OperationError, run_operation
 from tests.conftest import client_for
-from tests.operations.conftest import drain, ingest_from
+from tests.support import drain, ingest_from
 
 pytestmark = pytest.mark.django_db
 

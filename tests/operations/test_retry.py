@@ -13,7 +13,7 @@ from dlqconsole.operations.models import ItemStatus, OperationKind, OperationSta
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation, start_operation
 from tests.alerts.conftest import settle
-from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
+from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import MAX_RETRY_DELAY_SECONDS, RetryPolicy
 from dlqconsole.operations.policies import schedule_new_dead_letters
-from tests.operations.conftest import synthetic_dead_letters
+from tests.factories import synthetic_dead_letters
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,7 @@ from dlqconsole.operations.message_retry import edit_and_retry
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import pause_operation, resume_operation, run_operation, start_operation
-from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
+from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from dlqconsole.deadletters.templatetags.charts import stamp, stamp_time
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from dlqconsole.operations.services import run_operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import ingest, letter
-from tests.operations.conftest import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
+from tests.factories import EnvelopeFactory, store
+from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = [pytest.mark.django_db]
 
@@ -43,7 +43,7 @@ def retry_form(page: str) -> dict[str, str]:
 
 
 def test_message_page_offers_retry_as_a_button_naming_the_destination(operator: User) -> None:
-    (stored,) = ingest(letter(exchange="shop", routing_key="orders.created"))
+    (stored,) = store(EnvelopeFactory.build(exchange="shop", routing_key="orders.created"))
 
     page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
 
@@ -60,7 +60,7 @@ def test_message_page_offers_retry_as_a_button_naming_the_destination(operator: 
 def test_retry_plans_and_starts_an_operation_for_the_one_message(
     operator: User, celery_queue: str, django_capture_on_commit_callbacks
 ) -> None:
-    stored, other = ingest(letter(), letter())
+    stored, other = store(EnvelopeFactory.build(), EnvelopeFactory.build())
 
     with django_capture_on_commit_callbacks(execute=True) as enqueued:
         response = client_for(operator).post(
@@ -86,7 +86,7 @@ def test_retry_plans_and_starts_an_operation_for_the_one_message(
 def test_the_same_retry_sent_twice_starts_one_operation(
     operator: User, celery_queue: str, django_capture_on_commit_callbacks
 ) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     form = {"submission": SUBMISSION, "status": "parked"}
 
     with django_capture_on_commit_callbacks(execute=True) as enqueued:
@@ -102,7 +102,7 @@ def test_the_same_retry_sent_twice_starts_one_operation(
 
 
 def test_a_new_page_load_may_retry_again(operator: User, celery_queue: str) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     client = client_for(operator)
 
     client.post(f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"})
@@ -115,7 +115,7 @@ def test_a_new_page_load_may_retry_again(operator: User, celery_queue: str) -> N
 def test_a_double_click_racing_itself_starts_one_operation(operator: User, celery_queue: str) -> None:
     """Two requests with one token at once: the second waits on the message's row lock, then finds the
     operation of the first."""
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     start = threading.Barrier(2)
     locations: list[str] = []
     errors: list[BaseException] = []
@@ -147,7 +147,7 @@ def test_a_double_click_racing_itself_starts_one_operation(operator: User, celer
 
 @pytest.mark.sqlite
 def test_viewer_cannot_retry(viewer: User, celery_queue: str) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     response = client_for(viewer).post(
         f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
@@ -160,7 +160,7 @@ def test_viewer_cannot_retry(viewer: User, celery_queue: str) -> None:
 
 
 def test_retry_needs_the_csrf_token(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     response = client_for(operator, enforce_csrf_checks=True).post(
         f"/operations/retry-message/{stored.pk}/", {"submission": SUBMISSION, "status": "parked"}
@@ -171,7 +171,7 @@ def test_retry_needs_the_csrf_token(operator: User) -> None:
 
 
 def test_retry_is_a_post_with_a_submission_token(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     client = client_for(operator)
 
     assert client.get(f"/operations/retry-message/{stored.pk}/").status_code == 405
@@ -181,7 +181,7 @@ def test_retry_is_a_post_with_a_submission_token(operator: User) -> None:
 
 
 def test_a_message_that_changed_since_the_page_was_loaded_is_not_retried(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED)
 
     response = client_for(operator).post(
@@ -195,7 +195,7 @@ def test_a_message_that_changed_since_the_page_was_loaded_is_not_retried(operato
 
 
 def test_a_message_a_retry_cannot_take_is_refused_with_the_reason(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.ARCHIVED)
 
     response = client_for(operator).post(
@@ -211,7 +211,7 @@ def test_a_message_a_retry_cannot_take_is_refused_with_the_reason(operator: User
 
 
 def test_a_message_with_nowhere_to_go_offers_no_retry(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=stored.pk).update(original_exchange="", original_routing_keys=[], original_queue="")
 
     page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
@@ -257,7 +257,7 @@ def test_a_replayed_message_warns_before_it_is_retried_again(
 
 
 def test_a_message_marked_replayed_without_an_operation_at_hand_still_warns(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED, replay_count=2)
     stored.refresh_from_db()
 
@@ -270,7 +270,7 @@ def test_a_message_marked_replayed_without_an_operation_at_hand_still_warns(oper
 
 
 def test_a_boomerang_says_it_died_again_after_its_replay_not_that_it_was_replayed(operator: User) -> None:
-    first, copy = ingest(letter(), letter())
+    first, copy = store(EnvelopeFactory.build(), EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=copy.pk).update(replay_count=1, previous=first)
 
     page = client_for(operator).get(f"/messages/{copy.pk}/").content.decode()
@@ -286,7 +286,7 @@ def test_a_boomerang_says_it_died_again_after_its_replay_not_that_it_was_replaye
 
 
 def test_a_parked_message_never_replayed_has_no_warning(operator: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
 
     page = client_for(operator).get(f"/messages/{stored.pk}/").content.decode()
 
@@ -294,7 +294,7 @@ def test_a_parked_message_never_replayed_has_no_warning(operator: User) -> None:
 
 
 def test_viewer_sees_no_action_buttons_on_a_replayed_message(viewer: User) -> None:
-    (stored,) = ingest(letter())
+    (stored,) = store(EnvelopeFactory.build())
     DeadLetter.objects.filter(pk=stored.pk).update(status=DeadLetterStatus.REPLAYED, replay_count=1)
 
     page = client_for(viewer).get(f"/messages/{stored.pk}/").content.decode()

@@ -17,7 +17,7 @@ from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, O
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = [pytest.mark.django_db]
 

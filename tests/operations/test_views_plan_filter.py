@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 pytestmark = pytest.mark.django_db
 

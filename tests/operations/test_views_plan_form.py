@@ -13,7 +13,7 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.operations.forms import WHOLE_NUMBERS, PlanForm
 from dlqconsole.operations.models import Operation
 from tests.conftest import client_for
-from tests.deadletters.page_world import many
+from tests.factories import many
 
 
 def post_plan(user: User, kind: str, **fields: str) -> Any:

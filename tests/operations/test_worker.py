@@ -16,8 +16,9 @@ from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, O
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation, start_operation
 from dlqconsole.operations.upkeep import requeue_stale_operations
-from tests.operations.conftest import declare_with_dlq, ingest_from, synthetic_dead_letters, wait_for_depth
+from tests.factories import synthetic_dead_letters
 from tests.operations.probe_celery import make_app
+from tests.support import declare_with_dlq, ingest_from, wait_for_depth
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
