@@ -232,9 +232,10 @@ def test_processes_sharing_a_key_share_its_limit_on_redis_server_time(
         merged = sorted(futures[0].result() + futures[1].result())
     gaps = [later - earlier for earlier, later in zip(merged, merged[1:], strict=False)]
     assert len(merged) == 400
+    # No two of the 400 slots, whichever process took them, fall closer than one token interval (5 ms): they are
+    # one bucket's. How far apart the slots spread depends on when each process ran, so only the floor is checked.
     assert min(gaps) >= 0.005 - 1e-6
-    # Both reserve ahead faster than tokens fall due, so the slots are contiguous: 399 intervals, about 2 s.
-    assert merged[-1] - merged[0] == pytest.approx(399 * 0.005, abs=0.01)
+    assert merged[-1] - merged[0] >= 399 * 0.005 - 1e-6
 
 
 def test_lua_script_and_python_arithmetic_agree(redis_limiter: Callable[[], RedisRateLimiter]) -> None:
