@@ -60,17 +60,17 @@ def _one_consumer_process(settings: Any) -> None:
 
 @pytest.fixture
 def viewer(db: None) -> User:
-    return UserFactory(username="vera-viewer", role="viewer")
+    return UserFactory.create(username="vera-viewer", role="viewer")
 
 
 @pytest.fixture
 def operator(db: None) -> User:
-    return UserFactory(username="otto-operator", role="operator")
+    return UserFactory.create(username="otto-operator", role="operator")
 
 
 @pytest.fixture
 def admin_user(db: None) -> User:
-    return UserFactory(username="ada-admin", role="admin")
+    return UserFactory.create(username="ada-admin", role="admin")
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ read are kept exactly as ingest keeps them), alert rules and channels.
     store(EnvelopeFactory.build(), ...)                      # the stored DeadLetter rows, in order
     many(3, error="...")                                     # three stored at once
     parked(5, reason="TIMEOUT")                              # five plain rows, for counters and alerts
-    UserFactory(role="operator")
+    UserFactory.create(role="operator")
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dlqconsole.ingest.services import ingest_batch
 DIED_AT = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     """A user who signs in with the password `pw-<username>`, in the group `role` (none when it is None)."""
 
     class Meta:
@@ -50,7 +50,7 @@ class UserFactory(factory.django.DjangoModelFactory):
             user.groups.add(Group.objects.get_or_create(name=extracted)[0])
 
 
-class EnvelopeFactory(factory.Factory):
+class EnvelopeFactory(factory.Factory[ParsedDeadLetter]):
     """A message that died in QUEUE (x-death as RabbitMQ writes it, the failure in x-exception-* headers) and was
     delivered from QUEUE.dlq, read by parse_envelope. A field set to "" or None leaves its header or property out;
     `headers` adds (or overrides) headers."""
@@ -71,7 +71,7 @@ class EnvelopeFactory(factory.Factory):
     priority: int | None = None
     message_id = factory.Sequence(lambda n: f"msg-{n}")
     body = factory.Sequence(lambda n: f'{{"order": {n}}}'.encode())
-    headers: dict[str, Any] = factory.Dict({})
+    headers = factory.Dict({})
     now = factory.LazyFunction(timezone.now)
 
     @classmethod
@@ -113,7 +113,7 @@ class EnvelopeFactory(factory.Factory):
         )
 
 
-class ParsedDeadLetterFactory(factory.Factory):
+class ParsedDeadLetterFactory(factory.Factory[ParsedDeadLetter]):
     """A parsed dead letter with no broker history at all: for counters and alerts, where only the queue, the
     error and the failure reason count."""
 
@@ -222,7 +222,7 @@ def dead_letter_properties(index: int, **overrides: Any) -> pika.BasicProperties
     return pika.BasicProperties(**values)
 
 
-class ChannelFactory(factory.django.DjangoModelFactory):
+class ChannelFactory(factory.django.DjangoModelFactory[Channel]):
     class Meta:
         model = Channel
 
@@ -231,7 +231,7 @@ class ChannelFactory(factory.django.DjangoModelFactory):
     target = "http://127.0.0.1:9/hook"
 
 
-class AlertRuleFactory(factory.django.DjangoModelFactory):
+class AlertRuleFactory(factory.django.DjangoModelFactory[AlertRule]):
     class Meta:
         model = AlertRule
         skip_postgeneration_save = True
@@ -248,4 +248,4 @@ class AlertRuleFactory(factory.django.DjangoModelFactory):
 def rule(kind: str, *, channels: list[Channel] | None = None, **fields: Any) -> AlertRule:
     """A rule of the given kind; the default rules of the data migration are switched off so only it speaks."""
     AlertRule.objects.exclude(name__startswith="test ").update(enabled=False)
-    return AlertRuleFactory(name=f"test {kind} {uuid.uuid4().hex[:6]}", kind=kind, channels=channels, **fields)
+    return AlertRuleFactory.create(name=f"test {kind} {uuid.uuid4().hex[:6]}", kind=kind, channels=channels, **fields)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -224,3 +225,17 @@ def worker_environment(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
     # The browser tests allow the ORM in Playwright's event loop; the worker has no such loop.
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     return env
+
+
+# Celery task arguments ------------------------------------------------------------------------------------------
+
+# A nested value no task takes as an argument, for the tests that send hostile arguments.
+NESTED = {"nested": {"dict": {"deeper": [1, 2, {"x": None}]}}}
+
+
+def refusals(caplog: pytest.LogCaptureFixture, task: str) -> list[str]:
+    """The lines logged by the argument checks of Celery tasks (dlqconsole.core.taskargs) for TASK: each an error
+    of one line, without a traceback."""
+    found = [record for record in caplog.records if record.name == "dlqconsole.core.taskargs"]
+    assert all(record.levelname == "ERROR" and record.exc_info is None for record in found)
+    return [record.getMessage() for record in found if f"task {task} refused" in record.getMessage()]

@@ -113,4 +113,4 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def webhook(db: None, receiver: Receiver) -> Channel:
-    return ChannelFactory(name="ops webhook", kind="webhook", target=receiver.url)
+    return ChannelFactory.create(name="ops webhook", kind="webhook", target=receiver.url)

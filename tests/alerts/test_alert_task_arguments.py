@@ -21,16 +21,9 @@ from dlqconsole.alerts.tasks import (
 )
 from tests.alerts.conftest import Receiver
 from tests.factories import parked, rule
+from tests.support import NESTED, refusals
 
 pytestmark = [pytest.mark.django_db]
-
-NESTED = {"nested": {"dict": {"deeper": [1, {"x": None}]}}}
-
-
-def refusals(caplog: pytest.LogCaptureFixture, task: str) -> list[str]:
-    found = [record for record in caplog.records if record.name == "dlqconsole.core.taskargs"]
-    assert all(record.levelname == "ERROR" and record.exc_info is None for record in found)
-    return [record.getMessage() for record in found if f"task {task} refused" in record.getMessage()]
 
 
 def test_hostile_notification_ids_are_refused_and_send_nothing(

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Group, User
 from django.db import connection
 from pika.adapters.blocking_connection import BlockingChannel
 
@@ -27,6 +26,7 @@ from dlqconsole.ingest.topology import declare_queue_topology
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import start_operation
 from tests.alerts.conftest import Receiver
+from tests.factories import UserFactory
 from tests.support import subprocess_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -101,8 +101,7 @@ def test_webhook_hears_the_first_dead_letter_within_10_seconds_and_then_the_reco
     work_queue = queue_name("orders")
     declare_queue_topology(name=work_queue)
     dead_letter_queue = f"{work_queue}.dlq"
-    operator = User.objects.create_user("e2e-operator")
-    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
+    operator = UserFactory.create(username="e2e-operator", role="operator")
 
     env = {
         **os.environ,

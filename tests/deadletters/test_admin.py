@@ -5,7 +5,7 @@ import re
 
 import pika
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -19,6 +19,7 @@ from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.ingest.services import ingest_batch
 from tests.conftest import client_for
+from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -79,8 +80,7 @@ def admin_client(client: Client) -> Client:
 @pytest.fixture
 def staff_client(client: Client) -> Client:
     """A staff user (not a superuser) of the operator role who may view everything and change patterns."""
-    user = User.objects.create_user("sam-staff", password="pw-staff", is_staff=True)
-    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    user = UserFactory.create(username="sam-staff", is_staff=True, role="operator")
     names = [
         "view_deadletter",
         "view_failurepattern",
@@ -302,8 +302,7 @@ def test_an_operator_picks_a_pattern_owner_in_the_admin_among_those_who_may_own_
 
 
 def test_viewer_cannot_change_a_pattern_in_the_admin(client: Client, letters: dict[str, DeadLetter]) -> None:
-    user = User.objects.create_user("vic-viewer", password="pw", is_staff=True)
-    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+    user = UserFactory.create(username="vic-viewer", is_staff=True, role="viewer")
     user.user_permissions.add(*Permission.objects.filter(codename__in=["view_failurepattern", "change_failurepattern"]))
     client.force_login(user)
     pattern = letters["timeout"].pattern

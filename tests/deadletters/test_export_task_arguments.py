@@ -14,11 +14,11 @@ from pytest_django import Settings
 
 from dlqconsole.deadletters.tasks import delete_expired_exports_task, write_export_task
 from tests.factories import many
+from tests.support import NESTED, refusals
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
 HEX = "a" * 32
-NESTED = {"nested": {"dict": {"deeper": [1, 2, {"x": None}]}}}
 
 
 @pytest.fixture
@@ -31,12 +31,6 @@ def var_dir(tmp_path: Path, settings: Settings) -> Path:
 
 def files_under(root: Path) -> dict[str, bytes]:
     return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
-
-
-def refusals(caplog: pytest.LogCaptureFixture, task: str) -> list[str]:
-    found = [record for record in caplog.records if record.name == "dlqconsole.core.taskargs"]
-    assert all(record.levelname == "ERROR" and record.exc_info is None for record in found)
-    return [record.getMessage() for record in found if f"task {task} refused" in record.getMessage()]
 
 
 def test_a_traversal_token_writes_nothing_outside_the_export_folder(

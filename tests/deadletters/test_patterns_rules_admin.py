@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import FingerprintRule
 from tests.deadletters.conftest import Ingest
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def staff(client: Client, role: str) -> Client:
-    user = User.objects.create_user(f"staff-{role}", password="pw", is_staff=True)
-    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    user = UserFactory.create(username=f"staff-{role}", is_staff=True, role=role)
     user.user_permissions.add(*Permission.objects.filter(codename__endswith="_fingerprintrule"))
     client.force_login(user)
     return client
