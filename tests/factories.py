@@ -150,12 +150,14 @@ def parked(
     message: str = "Request timed out after 30000ms",
     reason: str = "TIMEOUT",
 ) -> list[DeadLetter]:
-    """`count` new dead letters of ParsedDeadLetterFactory in QUEUE, stored as one batch."""
-    return store(
+    """`count` new dead letters of ParsedDeadLetterFactory in QUEUE, stored as one batch; returned in the order
+    they were stored (by id), which ingest does not promise to be the order they were made in."""
+    rows = store(
         *ParsedDeadLetterFactory.build_batch(
             count, source_queue=queue, error_type=error_type, error_message=message, failure_reason=reason
         )
     )
+    return sorted(rows, key=lambda row: row.pk)
 
 
 def synthetic_dead_letters(
