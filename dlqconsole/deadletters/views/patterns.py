@@ -19,6 +19,7 @@ from django.views.decorators.vary import vary_on_headers
 from dlqconsole.accounts.roles import ADMIN, OPERATOR
 from dlqconsole.core.views import HtmxHttpRequest, partial_template
 from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.explain import explain
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, FailureReason, PatternStatus
 from dlqconsole.deadletters.rule_services import SplitPreview
 from dlqconsole.deadletters.views.listing import known_queues, query_without
@@ -180,6 +181,7 @@ def pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[
                 "original_queue",
             )[:10]
         ),
+        "inside": explain(pattern),
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": back_url,
         "split": split,
