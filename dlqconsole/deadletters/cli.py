@@ -6,6 +6,12 @@ input line, in input order. The keys are those ingest would give the same messag
 any order and in any number of consumers. Without `--save` it never touches the database; with `--save` the
 lines are filed through the database as ingest files dead letters (custom rules, merges and splits apply, and
 the fingerprints and patterns are stored), and the printed keys are the database's.
+
+With `--records`, each line of stdin is a JSON object, `{"message": ..., "error_type": ..., "stack_trace": ...,
+"headers": {...}}` (all but "message" optional), so that multi-line messages and stack traces are grouped exactly
+as ingest groups a dead letter with those headers: the type read from the front of the message when none is
+given, as ingest reads it, and the headers matched by custom rules (with `--save`). Empty lines are skipped; a line
+that is no such object stops the command with its line number, before anything is filed.
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from dlqconsole.deadletters.classify import classify
-from dlqconsole.deadletters.fingerprint import split_error_type
+from dlqconsole.deadletters.fingerprint import leading_error_type, split_error_type
 from dlqconsole.deadletters.grouping import assign_patterns
-from dlqconsole.deadletters.grouping.engine import group_lines
+from dlqconsole.deadletters.grouping.engine import Grouper, group_lines
 from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
 
 
@@ -38,6 +44,12 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
         "--save", action="store_true", help="File the lines through the database as ingest would, and store them."
     )
     parser.add_argument("--json", action="store_true", dest="as_json", help="One JSON object per line.")
+    parser.add_argument(
+        "--records",
+        action="store_true",
+        help='Read one JSON object per line: {"message", "error_type", "stack_trace", "headers"}, all but message '
+        "optional.",
+    )
     parser.set_defaults(handler=run_fingerprint)
     report = subcommands.add_parser("report", help="Reports.")
     report.add_argument("report", choices=["failure-patterns"])
@@ -54,10 +66,15 @@ def _read_lines() -> list[str]:
     return [line.rstrip("\r\n") for line in text]
 
 
-def run_fingerprint(command: BaseCommand, *, save: bool = False, as_json: bool = False, **options: Any) -> None:
+def run_fingerprint(
+    command: BaseCommand, *, save: bool = False, as_json: bool = False, records: bool = False, **options: Any
+) -> None:
     lines = _read_lines()
-    if save:
-        rows = _file_lines(lines)
+    if records:
+        letters = _read_records(lines)
+        rows = _file(letters) if save else _group(letters)
+    elif save:
+        rows = _file(_letters_of_lines(lines))
     else:
         rows = [(pattern.key, pattern.template, pattern.error_type) for pattern in group_lines(lines)]
     if as_json:
@@ -96,14 +113,66 @@ class _Line:
     fingerprint: str = ""
 
 
-def _file_lines(lines: list[str]) -> list[tuple[str, str, str]]:
+def _letter(error_type: str, message: str, stack_trace: str = "", headers: dict[str, Any] | None = None) -> _Line:
+    reason = classify(error_type=error_type, message=message)
+    return _Line(
+        error_type=error_type,
+        error_message=message,
+        failure_reason=str(reason or "UNKNOWN"),
+        stack_trace=stack_trace,
+        headers=headers or {},
+    )
+
+
+def _letters_of_lines(lines: list[str]) -> list[_Line]:
+    return [_letter(*split_error_type(line)) for line in lines]
+
+
+def _read_records(lines: list[str]) -> list[_Line]:
     letters: list[_Line] = []
-    for line in lines:
-        error_type, message = split_error_type(line)
-        reason = classify(error_type=error_type, message=message)
-        letters.append(_Line(error_type=error_type, error_message=message, failure_reason=str(reason or "UNKNOWN")))
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise CommandError(f"line {number}: not JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise CommandError(f"line {number}: a JSON object is needed, not {type(record).__name__}")
+        message = record.get("message")
+        if not isinstance(message, str):
+            raise CommandError(f'line {number}: "message" must be text')
+        texts = {name: record.get(name) or "" for name in ("error_type", "stack_trace")}
+        for name, value in texts.items():
+            if not isinstance(value, str):
+                raise CommandError(f'line {number}: "{name}" must be text')
+        headers = record.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise CommandError(f'line {number}: "headers" must be an object')
+        error_type, message = (texts["error_type"], message) if texts["error_type"] else leading_error_type(message)
+        letters.append(_letter(error_type, message, texts["stack_trace"], headers))
+    return letters
+
+
+def _group(letters: list[_Line]) -> list[tuple[str, str, str]]:
+    """In memory, as `group_lines` groups lines: all the records mined together."""
+    grouper = Grouper()
+    keys = [
+        grouper.add(
+            error_type=letter.error_type,
+            message=letter.error_message,
+            stack_trace=letter.stack_trace,
+            reason=letter.failure_reason,
+        )
+        for letter in letters
+    ]
+    patterns = grouper.patterns()
+    return [(patterns[key].key, patterns[key].template, patterns[key].error_type) for key in keys]
+
+
+def _file(letters: list[_Line]) -> list[tuple[str, str, str]]:
     # An empty line is no failure to file: it gets the in-memory answer, "(no error message)".
-    texts = [letter for letter in letters if letter.error_type or letter.error_message]
+    texts = [letter for letter in letters if letter.error_type or letter.error_message or letter.stack_trace]
     with transaction.atomic():
         filing = assign_patterns(letters=texts, now=timezone.now()) if texts else {}
     patterns = {pattern.pk: pattern for pattern in FailurePattern.objects.filter(pk__in=set(filing.values()))}
@@ -112,7 +181,7 @@ def _file_lines(lines: list[str]) -> list[tuple[str, str, str]]:
     empty = group_lines([""])[0]
     return [
         (patterns[filing[letter.fingerprint]].key, patterns[filing[letter.fingerprint]].template, letter.error_type)
-        if letter.error_type or letter.error_message
+        if letter.error_type or letter.error_message or letter.stack_trace
         else (empty.key, empty.template, "")
         for letter in letters
     ]

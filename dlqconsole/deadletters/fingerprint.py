@@ -273,6 +273,17 @@ def mask(message: str) -> str:
 TYPE_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*")
 
 
+def leading_error_type(message: str) -> tuple[str, str]:
+    """How ingest reads a dead letter whose headers carry a message and no type: ("ValueError", "bad id 42") from
+    "ValueError: bad id 42", as Python and Java print exceptions, when the part before ": " is one word that starts
+    with a capital or is dotted; ("", message) otherwise. (`split_error_type`, for lines typed or pasted without
+    headers, is stricter: a dotted logger or job name is not taken for a type.)"""
+    head, separator, rest = message.partition(": ")
+    if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or "." in head):
+        return head, rest
+    return "", message
+
+
 def split_error_type(message: str) -> tuple[str, str]:
     """("ValueError", "bad id 42") from "ValueError: bad id 42", as Python and Java print exceptions;
     ("", message) when the message does not start with a type."""

@@ -27,6 +27,7 @@ from django.conf import settings
 
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import DELIVERY_ANNOTATIONS, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD, PROPERTY_NAMES
+from dlqconsole.deadletters.fingerprint import leading_error_type
 from dlqconsole.deadletters.models import DeathReason
 from dlqconsole.ingest.amqp_decoding import UNDECODABLE_HEADER
 
@@ -311,10 +312,7 @@ def read_error_headers(parsed: ParsedDeadLetter, headers: dict[str, Any], names:
         setattr(parsed, field_name, _column(parsed, what, text, limit=limit))
     if not parsed.error_type and parsed.error_message:
         # "ValueError: bad id 42" carries its type in front of the message, as Python and Java print them.
-        head, separator, rest = parsed.error_message.partition(": ")
-        if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or "." in head):
-            parsed.error_type = head
-            parsed.error_message = rest
+        parsed.error_type, parsed.error_message = leading_error_type(parsed.error_message)
 
 
 def _column(parsed: ParsedDeadLetter, what: str, value: Any, *, limit: int = 255) -> str:

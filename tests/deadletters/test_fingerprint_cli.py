@@ -4,14 +4,17 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
-from dlqconsole.deadletters.models import FailurePattern, Fingerprint, PatternStatus
+from dlqconsole.deadletters.models import FailurePattern, Fingerprint, FingerprintRule, PatternStatus
+from dlqconsole.deadletters.rule_services import save_fingerprint_rule
 from dlqconsole.deadletters.services import set_pattern_status
 from tests.deadletters.conftest import Ingest
 
@@ -140,3 +143,82 @@ def test_report_as_text_names_its_columns_above_the_rows(ingest: Ingest) -> None
     assert row.split()[1:4] == ["2", "2", "open"] and row.endswith("user <*> not found")
     # The columns line up under their names.
     assert header.index("status") == row.index("open")
+
+
+JAVA_TRACE = """java.lang.IllegalStateException: order {order} has no lines
+\tat com.acme.orders.OrderService.place(OrderService.java:{line})
+\tat com.acme.orders.OrderListener.onMessage(OrderListener.java:57)
+\tat org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer.doInvokeListener(Abstract.java:1)"""
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_records_are_grouped_as_ingest_groups_dead_letters_with_those_headers(
+    monkeypatch: pytest.MonkeyPatch, ingest: Ingest
+) -> None:
+    records = [
+        {"message": "order 7 has no lines", "stack_trace": JAVA_TRACE.format(order=7, line=120)},
+        {"message": "order 9 has no lines", "stack_trace": JAVA_TRACE.format(order=9, line=131)},
+        # No type given: read from the front of the message, as ingest reads it.
+        {"message": "ValueError: bad id 42"},
+        {"message": "user alice not found", "error_type": "LookupError", "headers": {"tenant": "acme"}},
+        {"message": "user bob not found", "error_type": "LookupError"},
+    ]
+    lines = [json.dumps(record) for record in records]
+
+    output = run_fingerprint(monkeypatch, lines, "--records", "--json")
+    rows = ingest(
+        *[
+            {
+                "message": record["message"],
+                "error_type": record.get("error_type", ""),
+                "stack_trace": record.get("stack_trace", ""),
+                "headers": record.get("headers", {}),
+            }
+            for record in records
+        ]
+    )
+
+    keys = [json.loads(line)["key"] for line in output]
+    stored = dict(FailurePattern.objects.values_list("pk", "key"))
+    assert keys == [stored[row.pattern_id] for row in rows]
+    # One trace signature whatever the line numbers; the type read from the message; the user varies.
+    assert keys[0] == keys[1] and keys[3] == keys[4] and len(set(keys)) == 3
+    assert json.loads(output[2])["error_type"] == "ValueError"
+
+
+@pytest.mark.django_db
+@pytest.mark.sqlite
+def test_records_saved_meet_the_custom_rules_that_match_headers(monkeypatch: pytest.MonkeyPatch, admin_user) -> None:  # type: ignore[no-untyped-def]
+    save_fingerprint_rule(
+        rule=FingerprintRule(name="Replays from the old console", header="x-replayed-by"), actor=admin_user
+    )
+    lines = [
+        json.dumps({"message": "card declined", "headers": {"x-replayed-by": "old-console"}}),
+        json.dumps({"message": "card declined"}),
+    ]
+
+    output = run_fingerprint(monkeypatch, lines, "--records", "--save")
+
+    templates = [line.split("\t", 1)[1] for line in output]
+    assert templates == ["Replays from the old console", "card declined"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("not json", "line 2: not JSON"),
+        ("[1, 2]", "line 2: a JSON object is needed, not list"),
+        ('{"error_type": "X"}', 'line 2: "message" must be text'),
+        ('{"message": "x", "stack_trace": 5}', 'line 2: "stack_trace" must be text'),
+        ('{"message": "x", "headers": [1]}', 'line 2: "headers" must be an object'),
+    ],
+)
+def test_a_record_that_is_no_such_object_stops_the_command_with_its_line_before_anything_is_filed(
+    monkeypatch: pytest.MonkeyPatch, line: str, says: str
+) -> None:
+    with pytest.raises(CommandError, match=re.escape(says)):
+        run_fingerprint(monkeypatch, ['{"message": "user alice not found"}', line], "--records", "--save")
+
+    assert not Fingerprint.objects.exists()
