@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/grouping.py                 # accuracy, group F1 and messages/s, per split
     .venv/bin/python bench/grouping.py --show-errors   # also list the train causes that were grouped wrongly
-    .venv/bin/python bench/grouping.py --loghub DIR    # instead: grouping accuracy on the Loghub 2k samples in DIR
+    .venv/bin/python bench/grouping.py --loghub        # instead: grouping accuracy on the Loghub 2k datasets
+    .venv/bin/python bench/grouping.py --loghub DIR    # the same on the Loghub 2k datasets in DIR
     .venv/bin/python bench/grouping.py --loghub DIR --show-errors   # also list the events grouped wrongly
 
 Grouping accuracy: the share of messages whose pattern holds exactly the messages of their true cause.
@@ -17,12 +18,15 @@ Grouping must never be tuned on the held-out causes; `--show-errors` shows only 
 `--show-errors` lists each dataset's wrongly grouped events: keep some datasets out of DIR while tuning and score
 them once at the end.
 
-`--loghub DIR` measures the same on public system logs instead of the corpus: the Loghub 2k samples
-(https://github.com/logpai/loghub, labelled by the loghub project; not part of this repository, download them
-yourself). It reads every `DIR/<Name>/<Name>_2k.log_structured.csv` (the layout of the loghub repository; columns
-`Content` and `EventId`), groups each dataset's Content lines on their own through `group_lines`, the code path of
-`dlq fingerprint`, with EventId as the true cause, and prints grouping accuracy (GA) and group F1 per dataset and
-their mean. These logs are not dead-letter errors: they show how grouping copes with text it was not written for.
+`--loghub DIR` measures the same on public system logs instead of the corpus: the Loghub 2k datasets
+(https://github.com/logpai/loghub; not part of this repository). In each `DIR/<Name>/` it reads
+`<Name>_2k.log_structured_corrected.csv` (the corrected labels of logpai/logparser's `data/loghub_2k_corrected`,
+true cause: the `EventTemplate` column) or else `<Name>_2k.log_structured.csv` (the loghub repository's layout, true
+cause: `EventId`), groups each dataset's `Content` lines on their own through `group_lines`, the code path of `dlq
+fingerprint`, and prints grouping accuracy (GA) and group F1 per dataset and their mean. Without DIR: the folder
+DLQ_LOGHUB_DIR names, else `../shared/data/loghub2k-corrected` beside the checkout. A plain run scores that folder
+too when it is there. These logs are not dead-letter errors: they show how grouping copes with text it was not
+written for.
 """
 
 from __future__ import annotations
@@ -143,15 +147,30 @@ def show_loghub_errors(name: str, rows: list[tuple[str, str]], patterns: list[Pa
                 print(f"    [{len(members)}] {patterns[first].template[:160]!r}  e.g. {rows[first][1][:160]!r}")
 
 
+DEFAULT_LOGHUB = Path(os.environ.get("DLQ_LOGHUB_DIR") or ROOT.parent / "shared" / "data" / "loghub2k-corrected")
+
+
+def loghub_files(directory: Path) -> list[tuple[str, Path, str]]:
+    """(dataset name, file, column of the true cause) of every dataset under `directory`, corrected labels first."""
+    found = []
+    for folder in sorted(path for path in directory.iterdir() if path.is_dir()) if directory.is_dir() else []:
+        name = folder.name
+        for file_name, truth in (
+            (f"{name}_2k.log_structured_corrected.csv", "EventTemplate"),
+            (f"{name}_2k.log_structured.csv", "EventId"),
+        ):
+            if (folder / file_name).is_file():
+                found.append((name, folder / file_name, truth))
+                break
+    return found
+
+
 def loghub(directory: Path, *, errors: bool = False) -> dict[str, dict[str, float]]:
-    """{dataset name: scores} for every `<Name>/<Name>_2k.log_structured.csv` under `directory`, by name."""
+    """{dataset name: scores} for every dataset under `directory`, by name."""
     results: dict[str, dict[str, float]] = {}
-    for path in sorted(directory.glob("*/*_2k.log_structured.csv")):
-        name = path.parent.name
-        if path.name != f"{name}_2k.log_structured.csv":
-            continue
+    for name, path, truth in loghub_files(directory):
         with path.open(encoding="utf-8", newline="") as lines:
-            rows = [(row["EventId"], row["Content"]) for row in csv.DictReader(lines)]
+            rows = [(row[truth], row["Content"]) for row in csv.DictReader(lines)]
         if not rows:
             continue
         clear_caches()
@@ -164,7 +183,7 @@ def loghub(directory: Path, *, errors: bool = False) -> dict[str, dict[str, floa
 
 def print_loghub(results: dict[str, dict[str, float]]) -> None:
     if not results:
-        print("no <Name>/<Name>_2k.log_structured.csv found")
+        print("no <Name>/<Name>_2k.log_structured_corrected.csv or <Name>_2k.log_structured.csv found")
         return
     for name, numbers in results.items():
         print(
@@ -187,7 +206,12 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
     parser.add_argument(
-        "--loghub", type=Path, metavar="DIR", help="Score the Loghub 2k samples under DIR instead of the corpus."
+        "--loghub",
+        type=Path,
+        nargs="?",
+        const=DEFAULT_LOGHUB,
+        metavar="DIR",
+        help=f"Score the Loghub 2k datasets under DIR (default {DEFAULT_LOGHUB}) instead of the corpus.",
     )
     options = parser.parse_args()
 
@@ -228,6 +252,9 @@ def main() -> None:
     fast = results["all"]["messages_per_second"] >= 20_000
     print(f"target: accuracy >= 0.95 and group F1 >= 0.90 in every split -> {'OK' if quality else 'MISSED'}")
     print(f"target: >= 20,000 msg/s in one process -> {'OK' if fast else 'MISSED'}")
+    if loghub_files(DEFAULT_LOGHUB):
+        print(f"\nLoghub 2k, {DEFAULT_LOGHUB}:")
+        print_loghub(loghub(DEFAULT_LOGHUB))
 
 
 if __name__ == "__main__":
