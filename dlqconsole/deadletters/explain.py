@@ -1,10 +1,12 @@
 """What a pattern holds, for an operator who must know whether it is one cause before "Retry all" or "Purge all" acts
-on every dead letter in it: the distinct message templates filed under it, counted over its latest dead letters;
+on every dead letter in it: the distinct message templates filed under it, counted over its latest dead letters
+(for dead letters grouped by their stack trace or a rule, their own messages, masked);
 each position where its template varies (`<*>`), with how many values it took and the commonest of them; and where
 in the code its stack traces were thrown from.
 
 Bounded whatever the pattern's size: the latest SAMPLE dead letters (one index range per status), at most
-MAX_FINGERPRINTS of its fingerprints read for the values, the stack traces of the latest TRACE_SAMPLE.
+MAX_FINGERPRINTS of its fingerprints read for the values, the messages of at most MESSAGE_SAMPLE of those grouped
+otherwise than by their message, the stack traces of the latest TRACE_SAMPLE.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from django.db.models.functions import Substr
 
 from dlqconsole.deadletters import stacktrace
+from dlqconsole.deadletters.fingerprint import fingerprint as mask
 from dlqconsole.deadletters.grouping.vocabulary import WILDCARD
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, Fingerprint
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, Fingerprint, FingerprintKind
 
 SAMPLE = 5_000
 MAX_FINGERPRINTS = 2_000
@@ -24,6 +27,7 @@ SHOWN_TEMPLATES = 20
 SHOWN_VALUES = 6
 SHOWN_CALL_SITES = 10
 TRACE_SAMPLE = 100
+MESSAGE_SAMPLE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +71,16 @@ def explain(pattern: FailurePattern) -> Inside:
     latest = _latest(pattern)
     by_key = Counter(key for _, key in latest)
     fingerprints = list(
-        Fingerprint.objects.filter(key__in=list(by_key)[:MAX_FINGERPRINTS]).only("key", "template", "tokens")
+        Fingerprint.objects.filter(key__in=list(by_key)[:MAX_FINGERPRINTS]).only("key", "kind", "template", "tokens")
     )
     by_template: Counter[str] = Counter()
     for fingerprint in fingerprints:
-        by_template[fingerprint.template] += by_key[fingerprint.key]
+        if fingerprint.kind == FingerprintKind.TEXT:
+            by_template[fingerprint.template] += by_key[fingerprint.key]
+    # A stack trace's signature (or a rule) can hold several causes raised at one place: their messages tell them
+    # apart, masked as ingest masks a message without a trace.
+    others = {fingerprint.key for fingerprint in fingerprints if fingerprint.kind != FingerprintKind.TEXT}
+    by_template.update(_masked_messages([pk for pk, key in latest if key in others][:MESSAGE_SAMPLE]))
     templates = [
         TemplateCount(template, count)
         for template, count in sorted(by_template.items(), key=lambda item: (-item[1], item[0]))
@@ -99,6 +108,15 @@ def _latest(pattern: FailurePattern) -> list[tuple[int, str]]:
         )
     rows.sort(reverse=True)
     return rows[:SAMPLE]
+
+
+def _masked_messages(ids: list[int]) -> Counter[str]:
+    rows = (
+        DeadLetter.objects.filter(pk__in=ids)
+        .annotate(head=Substr("error_message", 1, 2000))
+        .values_list("error_type", "head")
+    )
+    return Counter(mask(error_type=error_type, message=message).template for error_type, message in rows)
 
 
 def _slots(pattern: FailurePattern, fingerprints: list[Fingerprint], weight: Counter[str]) -> list[Slot]:

@@ -114,3 +114,31 @@ def test_the_pattern_page_shows_what_it_holds_escaped(ingest: Ingest, viewer: Us
     assert "2 distinct messages" in " ".join(section.split())
     assert "alice&lt;b&gt;" in section and "<b>" not in section
     assert "took 2 values" in " ".join(section.split())
+
+
+def test_dead_letters_grouped_by_their_stack_trace_show_their_own_messages(ingest: Ingest) -> None:
+    """One place in the code can raise several causes: their messages, masked, tell them apart."""
+    trace = TRACE.format(task="apply", function="rate")
+    rows = ingest(
+        *[
+            {"message": message, "error_type": "ValueError", "stack_trace": trace}
+            for message in [
+                "customer_email bob@example.com is not a valid e-mail address",
+                "customer_email eve@example.com is not a valid e-mail address",
+                "quantity -3 must be positive",
+                "shipping_address is required",
+            ]
+        ]
+    )
+    (pattern,) = FailurePattern.objects.filter(dead_letters__pk__in=[row.pk for row in rows]).distinct()
+
+    inside = explain(pattern)
+
+    assert [(item.template, item.count) for item in inside.templates] == [
+        ("customer_email <EMAIL> is not a valid e-mail address", 2),
+        ("quantity <NUM> must be positive", 1),
+        ("shipping_address is required", 1),
+    ]
+    assert [(site.frames, site.count) for site in inside.call_sites] == [
+        ("orders/pricing.py:rate ← orders/tasks.py:apply", 4)
+    ]
