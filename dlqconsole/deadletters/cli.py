@@ -90,7 +90,8 @@ def run_fingerprint(
 
 
 def _with_type(template: str, error_type: str) -> str:
-    if not error_type or template.startswith(error_type):
+    # A stack trace's template names the type already, shortened ("IllegalStateException at ...").
+    if not error_type or template.startswith((error_type, error_type.rsplit(".", 1)[-1] + " at ")):
         return template
     return f"{error_type}: {template}"
 

@@ -185,6 +185,9 @@ def test_records_are_grouped_as_ingest_groups_dead_letters_with_those_headers(
     # One trace signature whatever the line numbers; the type read from the message; the user varies.
     assert keys[0] == keys[1] and keys[3] == keys[4] and len(set(keys)) == 3
     assert json.loads(output[2])["error_type"] == "ValueError"
+    # As text, a trace's template names its type once.
+    text = run_fingerprint(monkeypatch, lines[:1], "--records")
+    assert text[0].split("\t")[1].startswith("IllegalStateException at OrderListener.onMessage → OrderService.place")
 
 
 @pytest.mark.django_db
