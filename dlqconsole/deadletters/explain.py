@@ -21,7 +21,7 @@ from dlqconsole.deadletters.fingerprint import fingerprint as mask
 from dlqconsole.deadletters.grouping.vocabulary import WILDCARD
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, Fingerprint, FingerprintKind
 
-SAMPLE = 5_000
+SAMPLE = 2_000
 MAX_FINGERPRINTS = 2_000
 SHOWN_TEMPLATES = 20
 SHOWN_VALUES = 6
