@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -156,7 +157,7 @@ JAVA_TRACE = """java.lang.IllegalStateException: order {order} has no lines
 def test_records_are_grouped_as_ingest_groups_dead_letters_with_those_headers(
     monkeypatch: pytest.MonkeyPatch, ingest: Ingest
 ) -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         {"message": "order 7 has no lines", "stack_trace": JAVA_TRACE.format(order=7, line=120)},
         {"message": "order 9 has no lines", "stack_trace": JAVA_TRACE.format(order=9, line=131)},
         # No type given: read from the front of the message, as ingest reads it.
