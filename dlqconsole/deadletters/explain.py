@@ -81,10 +81,7 @@ def explain(pattern: FailurePattern) -> Inside:
     # apart, masked as ingest masks a message without a trace.
     others = {fingerprint.key for fingerprint in fingerprints if fingerprint.kind != FingerprintKind.TEXT}
     by_template.update(_masked_messages([pk for pk, key in latest if key in others][:MESSAGE_SAMPLE]))
-    templates = [
-        TemplateCount(template, count)
-        for template, count in sorted(by_template.items(), key=lambda item: (-item[1], item[0]))
-    ]
+    templates = [TemplateCount(template, count) for template, count in _commonest(by_template)]
     call_sites, traces_read = _call_sites([pk for pk, _ in latest[:TRACE_SAMPLE]])
     return Inside(
         sampled=len(latest),
@@ -138,9 +135,7 @@ def _slots(pattern: FailurePattern, fingerprints: list[Fingerprint], weight: Cou
         Slot(
             number=number,
             distinct=len(counter),
-            values=tuple(
-                value for value, _ in sorted(counter.items(), key=lambda item: (-item[1], item[0]))[:SHOWN_VALUES]
-            ),
+            values=tuple(value for value, _ in _commonest(counter)[:SHOWN_VALUES]),
         )
         for number, counter in enumerate(seen, start=1)
         if counter
@@ -164,5 +159,9 @@ def _call_sites(ids: list[int]) -> tuple[list[CallSite], int]:
         found = stacktrace.signature(head, error_type=error_type)
         if found is not None and found.frames:
             sites[" ← ".join(found.frames)] += 1
-    shown = sorted(sites.items(), key=lambda item: (-item[1], item[0]))[:SHOWN_CALL_SITES]
-    return [CallSite(frames, count) for frames, count in shown], read
+    return [CallSite(frames, count) for frames, count in _commonest(sites)[:SHOWN_CALL_SITES]], read
+
+
+def _commonest(counts: Counter[str]) -> list[tuple[str, int]]:
+    """Most counted first, then by text: the same order whatever order they were counted in."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))

@@ -142,3 +142,20 @@ def test_dead_letters_grouped_by_their_stack_trace_show_their_own_messages(inges
     assert [(site.frames, site.count) for site in inside.call_sites] == [
         ("orders/pricing.py:rate ← orders/tasks.py:apply", 4)
     ]
+
+
+def test_an_htmx_refresh_of_the_summary_does_not_read_what_the_pattern_holds(
+    ingest: Ingest, viewer: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (row,) = ingest("user alice not found")
+    pattern = FailurePattern.objects.get(pk=row.pattern_id)
+
+    def refuse(pattern: FailurePattern) -> None:
+        raise AssertionError("explain() ran for a fragment that does not show it")
+
+    monkeypatch.setattr("dlqconsole.deadletters.views.patterns.explain", refuse)
+    summary = client_for(viewer).get(pattern.get_absolute_url(), headers={"HX-Request": "true"})
+
+    assert summary.status_code == 200
+    assert 'id="pattern-summary"' in summary.content.decode()
+    assert 'id="inside"' not in summary.content.decode()

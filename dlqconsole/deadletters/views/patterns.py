@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
@@ -181,7 +182,8 @@ def pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[
                 "original_queue",
             )[:10]
         ),
-        "inside": explain(pattern),
+        # Read only when the page shows it: an htmx refresh of the summary renders without it.
+        "inside": SimpleLazyObject(lambda: explain(pattern)),
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": back_url,
         "split": split,
