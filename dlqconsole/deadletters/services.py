@@ -12,6 +12,10 @@ Contracts the pages, the admin and the CLI rely on (keep them stable):
 - merge_patterns(*, target, actor, sources=(), source=None) -> int           (dead letters moved)
 - merge_warnings(*, target, sources) -> list[str]                          (what differs, for a preview)
 
+Settings of the apps above this one that watch one pattern (an alert rule's scope, a retry policy's) follow a
+merge to the pattern that absorbs it: those apps lend them when they load (`register_pattern_scope`, called from
+their AppConfig.ready), as this app cannot import theirs.
+
 Who may call what is the caller's check (dlqconsole.accounts.roles): triage, merge and split are operator
 actions on the pages; custom rules are configuration, admin only.
 
@@ -30,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
@@ -240,6 +244,56 @@ def move_dead_letters(
     return sum(moved.values()), earliest, latest
 
 
+# (model, name of its foreign key to FailurePattern) of the settings that watch one pattern; see the module's doc.
+_pattern_scopes: list[tuple[type[models.Model], str]] = []
+
+
+def register_pattern_scope(model: type[models.Model], field: str = "pattern") -> None:
+    """Have merges move `model` rows whose `field` names the absorbed pattern to the pattern that absorbs it (an
+    alert rule watching a merged-away pattern would never fire again, a retry policy scoped to it never match)."""
+    if (model, field) not in _pattern_scopes:
+        _pattern_scopes.append((model, field))
+
+
+def pattern_scopes() -> list[tuple[type[models.Model], str]]:
+    return list(_pattern_scopes)
+
+
+def _move_scopes(*, source_id: int, target_id: int) -> list[str]:
+    """Point the registered settings of `source_id` at `target_id`; what moved, as "2 alert rules"."""
+    moved: list[str] = []
+    for model, field in _pattern_scopes:
+        count = model._default_manager.filter(**{f"{field}_id": source_id}).update(**{f"{field}_id": target_id})
+        if count:
+            name = model._meta.verbose_name if count == 1 else model._meta.verbose_name_plural
+            moved.append(f"{count} {name}")
+    return moved
+
+
+def _carry_triage(*, source: FailurePattern, target: FailurePattern) -> tuple[list[str], list[str]]:
+    """Fill in the target's triage from the source's where the target has none of its own: the status when the
+    target is open, the owner when it has none (and the source's may still own one), and the note, appended under
+    the source's number when the target has one. Returns (fields changed, what was taken, for the history)."""
+    fields: list[str] = []
+    taken: list[str] = []
+    if target.status == PatternStatus.OPEN and source.status != PatternStatus.OPEN:
+        target.status = source.status
+        target.status_changed_at = source.status_changed_at
+        fields += ["status", "status_changed_at"]
+        taken.append(f"status {source.status}")
+    owner = source.owner if target.owner_id is None else None
+    if owner is not None and not owner_refusal(owner):
+        target.owner = owner
+        fields.append("owner")
+        taken.append(f"owner {owner.get_username()}")
+    note = source.note.strip()
+    if note and note not in target.note:
+        target.note = f"{target.note.rstrip()}\n\n#{source.pk}: {note}" if target.note.strip() else note
+        fields.append("note")
+        taken.append("note")
+    return fields, taken
+
+
 def absorb_pattern(
     *,
     source: FailurePattern,
@@ -248,14 +302,21 @@ def absorb_pattern(
     now: dt.datetime,
     detail: str,
     inherit_triage: bool = False,
+    carry_triage: bool = False,
 ) -> int:
-    """Fold `source` into `target`: its fingerprints, dead letters, counters, history totals, merge chain and
-    split rules. The caller holds the locks (lock_fingerprints, then both pattern rows). Returns letters moved."""
+    """Fold `source` into `target`: its fingerprints, dead letters, counters, history totals, merge chain, split
+    rules and the settings that watch it (register_pattern_scope). The caller holds the locks (lock_fingerprints,
+    then both pattern rows). Returns letters moved.
+
+    Triage: `inherit_triage` gives the target the source's status, owner and note, whatever it had (a pattern
+    created by grouping a moment ago has none of its own); `carry_triage` only fills in what the target lacks
+    (_carry_triage). Without either, the target keeps its own triage and the source's is left on the source."""
     Fingerprint.objects.filter(pattern_id=source.pk).update(pattern_id=target.pk)
     moved, _, _ = move_dead_letters(source_id=source.pk, target_id=target.pk)
     # Keep merge chains one hop long: what pointed at the source now points at the target.
     FailurePattern.objects.filter(merged_into_id=source.pk).update(merged_into_id=target.pk)
     FingerprintRule.objects.filter(scope_id=source.pk).update(scope_id=target.pk)
+    scopes = _move_scopes(source_id=source.pk, target_id=target.pk)
     absorbed_total = source.total_count
     # The source's history now belongs to the target (the events say how much it brought), so that the totals
     # of all patterns still add up to the dead letters ever ingested.
@@ -267,19 +328,25 @@ def absorb_pattern(
     target.first_seen_at = min(target.first_seen_at, source.first_seen_at)
     target.last_seen_at = max(target.last_seen_at, source.last_seen_at)
     fields = ["total_count", "first_seen_at", "last_seen_at"]
+    taken: list[str] = []
     if inherit_triage:
         target.status = source.status
         target.status_changed_at = source.status_changed_at
         target.owner_id = source.owner_id
         target.note = source.note
         fields += ["status", "status_changed_at", "owner", "note"]
+    elif carry_triage:
+        carried, taken = _carry_triage(source=source, target=target)
+        fields += carried
     target.save(update_fields=fields)
+    absorbed = f"Absorbed #{source.pk} ({moved} dead letter{pluralize(moved)}, {absorbed_total} in all): {detail}"
+    if taken:
+        absorbed += f"; took its {', '.join(taken)}"
+    if scopes:
+        absorbed += f"; moved here: {', '.join(scopes)} that watched it"
     record_on_both_sides(
         PatternEvent.Kind.MERGED,
-        {
-            source: f"Merged into #{target.pk}: {detail}",
-            target: f"Absorbed #{source.pk} ({moved} dead letter{pluralize(moved)}, {absorbed_total} in all): {detail}",
-        },
+        {source: f"Merged into #{target.pk}: {detail}", target: absorbed},
         actor=actor,
         now=now,
     )

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.db.models import ForeignObjectRel
 from django.utils.html import escape
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.deadletters.models import DeadLetter, FailurePattern, FingerprintRule, PatternEvent, PatternOrigin
+from dlqconsole.alerts.models import AlertRule, RuleKind
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    FailurePattern,
+    FingerprintRule,
+    PatternEvent,
+    PatternOrigin,
+    PatternStatus,
+)
 from dlqconsole.deadletters.rule_services import (
     delete_fingerprint_rule,
     save_fingerprint_rule,
     split_pattern,
     split_preview,
 )
-from dlqconsole.deadletters.services import PatternError, merge_patterns
+from dlqconsole.deadletters.services import PatternError, merge_patterns, pattern_scopes, set_pattern_status
+from dlqconsole.operations.models import RetryPolicy
 from tests.conftest import client_for
 from tests.deadletters.conftest import Ingest, assert_counts_exact
 
@@ -315,3 +325,34 @@ def test_split_refuses_over_long_fields_with_the_reason(
         assert escape(message) in response.content.decode()
 
     assert not FingerprintRule.objects.exists()
+
+
+def test_every_setting_that_watches_one_pattern_follows_its_merges() -> None:
+    """Every foreign key to FailurePattern from another app is a setting that watches one pattern, registered so
+    that a merge moves it (an app above deadletters cannot be imported by it)."""
+    outside = {
+        (relation.related_model, relation.field.name)
+        for relation in FailurePattern._meta.get_fields(include_hidden=True)
+        if isinstance(relation, ForeignObjectRel)
+        and relation.related_model is not None
+        and relation.related_model._meta.app_label != "deadletters"
+    }
+
+    assert outside == set(pattern_scopes())
+
+
+def test_an_operator_merge_moves_alert_rules_and_retry_policies(ingest: Ingest, operator: User) -> None:
+    source = ingest("disk full on worker")[0].pattern
+    target = ingest("payment gateway timed out after 30000ms")[0].pattern
+    set_pattern_status(pattern=source, status=PatternStatus.ACKNOWLEDGED, actor=operator)
+    policy = RetryPolicy.objects.create(name="disk retries", pattern=source)
+    rule = AlertRule.objects.create(name="disk", kind=RuleKind.PATTERN_REOPENED, pattern=source)
+
+    merge_patterns(source=source, target=target, actor=operator)
+
+    policy.refresh_from_db()
+    rule.refresh_from_db()
+    target.refresh_from_db()
+    assert (policy.pattern_id, rule.pattern_id) == (target.pk, target.pk)
+    # An operator's merge keeps the target's triage, as before.
+    assert target.status == PatternStatus.OPEN
