@@ -1,4 +1,4 @@
-"""`dlq fingerprint` and `dlq report failure-patterns`.
+"""`dlq fingerprint`, `dlq report failure-patterns` and `dlq regroup`.
 
 `dlq fingerprint` reads every line of stdin first, then groups them all together (masking, stack-trace-free
 text fingerprints, template mining over the whole set), then prints one `<pattern key>\\t<template>` line per
@@ -12,6 +12,9 @@ With `--records`, each line of stdin is a JSON object, `{"message": ..., "error_
 as ingest groups a dead letter with those headers: the type read from the front of the message when none is
 given, as ingest reads it, and the headers matched by custom rules (with `--save`). Empty lines are skipped; a line
 that is no such object stops the command with its line number, before anything is filed.
+
+`dlq regroup` merges the stored patterns that the current grouping rules make one (see deadletters/regroup.py);
+`--dry-run` prints what it would merge and changes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.db.models import Sum
@@ -32,6 +36,7 @@ from dlqconsole.deadletters.fingerprint import leading_error_type, split_error_t
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.grouping.engine import Grouper, group_lines
 from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
+from dlqconsole.deadletters.regroup import MergeGroup, MergeOutcome, apply_regroup, plan_regroup
 
 
 def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
@@ -57,6 +62,16 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     report.add_argument("--status", choices=PatternStatus.values, help="Only patterns with this triage status.")
     report.add_argument("--limit", type=int, default=0, help="At most this many patterns (most recent first).")
     report.set_defaults(handler=run_report)
+    regroup = subcommands.add_parser(
+        "regroup",
+        help="Merge the stored patterns that the current grouping rules make one (never splits).",
+        description="Groups every stored dead letter under the current grouping rules and merges the patterns whose "
+        "dead letters all land in one group into the busiest of them; then files the current rules' fingerprints "
+        "of the stored texts under the patterns that hold them.",
+    )
+    regroup.add_argument("--dry-run", action="store_true", help="show what would be merged; change nothing")
+    regroup.add_argument("--user", default="", help="the account to act as in the history and audit log")
+    regroup.set_defaults(handler=run_regroup)
 
 
 def _read_lines() -> list[str]:
@@ -231,3 +246,85 @@ def run_report(
             command.stdout.write(json.dumps(row, ensure_ascii=False))
         else:
             command.stdout.write(REPORT_LINE.format(**row))
+
+
+# `dlq regroup` prints a line every this many dead letters read.
+REGROUP_PROGRESS = 100_000
+
+
+def run_regroup(command: BaseCommand, *, dry_run: bool = False, user: str = "", **options: Any) -> None:
+    write = command.stdout.write
+    actor = None
+    if user:
+        try:
+            actor = get_user_model().objects.get(username=user)
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"no user {user!r}") from None
+    shown = [0]
+
+    def progress(read: int) -> None:
+        if read >= shown[0] + REGROUP_PROGRESS:
+            shown[0] = read
+            write(f"  read {read:,} dead letters")
+
+    plan = plan_regroup(progress=progress)
+    write(
+        f"Read {_many(plan.letters, 'dead letter')} in {_many(plan.patterns, 'pattern')}: "
+        f"{_many(plan.distinct, 'distinct failure')}; {_many(plan.spanning, 'pattern')} spanning several groups "
+        "under the current rules (left as they are)."
+    )
+    for held in plan.held_back:
+        write(f"Left as it is: #{held.pattern.id} ({_many(held.pattern.letters, 'dead letter')}), {held.reason}")
+    if dry_run:
+        for group in plan.merges:
+            _write_group(command, group)
+        absorbed = sum(len(group.absorbed) for group in plan.merges)
+        moving = sum(pattern.letters for group in plan.merges for pattern in group.absorbed)
+        write(
+            f"Would merge {_many(absorbed, 'pattern')} into {len(plan.merges):,} ({_many(moving, 'dead letter')} "
+            f"would move) and file {_many(plan.to_file, 'new fingerprint')}{_unfiled(plan.unfiled)}."
+        )
+        write("Dry run: nothing was changed.")
+        return
+    if not plan.merges:
+        write("Nothing to merge: the stored patterns are in line with the current grouping rules.")
+
+    def report(outcome: MergeOutcome) -> None:
+        _write_group(command, outcome.group, outcome=outcome)
+
+    result = apply_regroup(plan, actor=actor, report=report)
+    if plan.merges:
+        absorbed = sum(len(outcome.group.absorbed) for outcome in result.merged)
+        write(
+            f"Merged {_many(absorbed, 'pattern')} into {len(result.merged):,} "
+            f"({_many(result.moved, 'dead letter')} moved)."
+        )
+    write(
+        f"Filed {_many(result.filed, 'new fingerprint')} under the patterns that hold their dead letters"
+        f"{_unfiled(result.unfiled)}."
+    )
+    if result.skipped:
+        write(f"Skipped {_many(len(result.skipped), 'merge')}: their patterns changed while regroup ran; run it again.")
+
+
+def _many(count: int, thing: str) -> str:
+    return f"{count:,} {thing}{'' if count == 1 else 's'}"
+
+
+def _unfiled(count: int) -> str:
+    return f" ({count:,} left to ingest: the dead letters of each sit in several patterns)" if count else ""
+
+
+def _write_group(command: BaseCommand, group: MergeGroup, *, outcome: MergeOutcome | None = None) -> None:
+    survivor = group.survivor
+    head = f"#{survivor.id} ({_many(survivor.letters, 'dead letter')}"
+    if outcome is None:
+        head = f"Merge into {head})"
+    elif outcome.skipped:
+        head = f"Skipped, {outcome.skipped}: {head})"
+    else:
+        head = f"Merged into {head}, {outcome.moved:,} moved in)"
+    write = command.stdout.write
+    write(f"{head}: {survivor.template[:100]}")
+    for pattern in group.absorbed:
+        write(f"  #{pattern.id} ({_many(pattern.letters, 'dead letter')}): {pattern.template[:100]}")
