@@ -4,7 +4,8 @@ Two kinds:
 - a *text* fingerprint: the error message with its variable parts masked (`<NUM>`, `<IP>`, `<UUID>`, ...),
   cut into tokens; its key hashes (error type, template);
 - a *trace* fingerprint, when a stack trace is present: the exception type plus the innermost frames of the
-  application's own code (see `stacktrace`); the text is ignored.
+  application's own code (see `stacktrace`) as one token, then the masked first line of the message, which
+  mining treats like text within the traces of that type and frames (`trace_scope`).
 
 The key depends only on the text, never on process state, so every process and every restart computes the same
 key for the same failure. Masking covers shapes that vary in any system (numbers, ids, addresses, times); words
@@ -15,6 +16,7 @@ joined; a quoted value is one token whatever it contains. docs/grouping.md, "Mas
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 from dataclasses import dataclass
 
@@ -32,7 +34,7 @@ URL = re.compile(
     re.I,
 )
 EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
-UNIX_PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?")
+UNIX_PATH = re.compile(r"/(?<![\w.~/-]/)[\w.@%+~*-]+(?:/[\w.@%+~*-]+)+/?(?:\?[\w.@%+~*=&-]+)?")
 PATH = re.compile(UNIX_PATH.pattern + r"|\b[A-Z]:\\[^\s'\"]+")
 # A time (":07:") or a date ("-06-") may be in the text: two patterns, since one that starts with a literal is found
 # much faster than an alternation.
@@ -122,9 +124,20 @@ class Fingerprint:
     key: str
     template: str
     error_type: str
-    # Masked tokens of a text fingerprint (what mining compares); empty for trace fingerprints.
+    # Masked tokens (what mining compares): of the message, after the type and frames for a trace fingerprint.
     tokens: tuple[str, ...] = ()
     kind: str = "text"
+    # What sets a trace fingerprint's cluster apart (its type and frames, `trace_scope`); "" for text.
+    scope: str = ""
+
+
+TRACE_PREFIX = "trace "
+
+
+def trace_scope(error_type: str, frames: tuple[str, ...] | list[str]) -> str:
+    """A digest of a stack trace's type and frames: the traces whose messages are mined together."""
+    text = "\x00".join([error_type, *frames])
+    return TRACE_PREFIX + hashlib.sha1(text.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()
 
 
 def pattern_key(*, error_type: str, template: str) -> str:
@@ -147,6 +160,34 @@ def _mask_url(match: re.Match[str]) -> str:
     if not name or DIGIT.search(name):
         return "<URL>"
     return f"{scheme.lower()}://{name.lower()}" + ("/…" if rest.strip("/") else "")
+
+
+# A certificate that fails to verify fails for every host it is presented for: in a TLS failure the host names are
+# values ("hooks.acme.io", "*.cdn.example.net"), not the dependency that failed.
+TLS_FAILURE = re.compile(r"(?<![\w.-])(?:SSL|TLS|x509|certificate|cert)(?:Error|Exception)?(?![\w.-])", re.I)
+HOST_NAME = re.compile(r"(?<![\w.@/-])(?:\*\.)?(?:[a-z0-9][a-z0-9-]*\.)+[a-z][a-z0-9-]*[a-z0-9]\.?(?![\w-])", re.I)
+# Names a TLS failure mentions that are not hosts: its own vocabulary, file names and modules.
+NOT_HOSTS = re.compile(r"(?:\w+\.)*(?:py|java|go|rb|js|ts|php|cs|rs|pem|crt|key|html|json|c|h)|[\w.]*[A-Z][\w.]*")
+
+
+def _mask_host(match: re.Match[str]) -> str:
+    name = match.group(0)
+    if NOT_HOSTS.fullmatch(name.rstrip(".")):
+        return name
+    return "<HOST>" + ("." if name.endswith(".") else "")
+
+
+def _mask_tls_url(match: re.Match[str]) -> str:
+    return "<URL>"
+
+
+# A URL whose query holds a space, as an HTTP client prints a request it did not encode ("?q=Calle de Alcala
+# 45&limit=5"): the words up to the next parameter belong to the URL.
+QUERY_WITH_SPACES = re.compile(r"(\?[^\s?#]*=[^\s&#]*)((?: [^\s=&?#:/]+){1,6})(?=&[^\s=&]+=)")
+
+
+def _join_query(match: re.Match[str]) -> str:
+    return match.group(1) + match.group(2).replace(" ", "+")
 
 
 def _mask_word(word: str) -> str:
@@ -191,8 +232,15 @@ def _mask_token(token: str) -> str:
 
 def _premask(message: str) -> str:
     text = " ".join(message[:MAX_MESSAGE].split())
+    tls = (
+        "SSL" in text or "ssl" in text or "TLS" in text or "tls" in text or "x509" in text or "ertif" in text
+    ) and TLS_FAILURE.search(text) is not None
     if "://" in text:
-        text = URL.sub(_mask_url, text)
+        if "?" in text:
+            text = QUERY_WITH_SPACES.sub(_join_query, text)
+        text = URL.sub(_mask_tls_url if tls else _mask_url, text)
+    if tls:
+        text = HOST_NAME.sub(_mask_host, text)
     if "@" in text:
         text = EMAIL.sub("<EMAIL>", text)
     if "\\" in text:
@@ -219,9 +267,95 @@ def tokenize(message: str) -> tuple[str, ...]:
         for position, token in enumerate(raw):
             if token in STATUS_TOKENS and _is_status(raw, position):
                 tokens[position] = token
+    if "'" in text or '"' in text or "`" in text:
+        repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1]
+        if repeated:
+            _refer_to_quoted(raw, tokens, repeated)
+    if PORT_HINT.search(text) and _connection_failed(text):
+        _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
+    if any(map(operator.eq, tokens, tokens[1:])):
+        tokens = _join_runs(tokens)
     return tuple(tokens)
+
+
+def _join_runs(tokens: list[str]) -> list[str]:
+    """A run of one masked value separated by spaces ("blk_1 blk_2 blk_3" as "<ID> <ID> <ID>") is one value, a list
+    whatever its length."""
+    result = tokens[:1]
+    for token in tokens[1:]:
+        if token == result[-1] and token[:2] == " <" and token[-1] == ">":
+            continue
+        result.append(token)
+    return result
+
+
+QUOTE_MARKS = "'\"`"
+# A quoted value without spaces, found by its opening quote ("'home-page'", "`pickup_point`").
+QUOTED_WORD = re.compile(r"""['"`]([^\s'"`]{3,})['"`]""")
+
+
+def _refer_to_quoted(raw: list[str], tokens: list[str], values: list[str]) -> None:
+    """A quoted value the message repeats ("Reverse for 'home-page' not found. 'home-page' is not a valid view",
+    "property 'sizeChart' ... Path: $.sizeChart") is one value: the repetition becomes <REF>, so that the message
+    varies in one place, as it does. `values`: the quoted values the text holds more than once."""
+    for value in values:
+        positions = [position for position, token in enumerate(raw) if value in token]
+        first = positions[0]
+        body = raw[first].lstrip(" ")
+        if len(positions) < 2 or body[1:-1] != value or body[0] not in QUOTE_MARKS or tokens[first] != raw[first]:
+            continue
+        for position in positions[1:]:
+            token = raw[position]
+            tokens[position] = token[: len(token) - len(token.lstrip(" "))] + "<REF>"
+
+
+# A connection that failed names the service it tried: a port after an address ("ECONNREFUSED 10.0.0.7:5432",
+# "Connect call failed ('10.0.0.7', 6379)") says which one (postgres, redis) where the address is only a number.
+# A number after a colon or a comma ("10.0.0.7:5432", "('10.0.0.7', 6379)"): where a port can be.
+PORT_HINT = re.compile(r"[:,] ?\d")
+
+
+def _connection_failed(text: str) -> bool:
+    """Whether the text says a connection failed: refused, timed out, reset, unreachable."""
+    # One substring test after another: a regular expression of alternatives tries each at every position, and a
+    # generator over a tuple costs as much again.
+    lowered = text.lower()
+    return (
+        "refused" in lowered
+        or "timed out" in lowered
+        or "econn" in lowered
+        or "etimedout" in lowered
+        or "ehostunreach" in lowered
+        or "i/o timeout" in lowered
+        or "unreachable" in lowered
+        or "no route to host" in lowered
+        or "connect call failed" in lowered
+        or "connection timeout" in lowered
+        or "connection reset" in lowered
+        or "connection error" in lowered
+        or "connection failed" in lowered
+        or "connect timeout" in lowered
+        or " connect to" in lowered
+    )
+
+
+# Ports from here up are the ones an operating system hands out to a client's side of a connection (Linux from
+# 32768, IANA from 49152): they name no service.
+EPHEMERAL_PORTS = 32768
+
+
+def _keep_ports(raw: list[str], tokens: list[str]) -> None:
+    for position in range(3, len(raw)):
+        port = raw[position].lstrip(" ")
+        if (
+            port.isdecimal()
+            and 0 < int(port) < EPHEMERAL_PORTS
+            and raw[position - 1] in {":", ","}
+            and raw[position - 2].strip(" '\"")[-1:].isalnum()
+        ):
+            tokens[position] = raw[position]
 
 
 def _join_lists(tokens: list[str]) -> list[str]:
@@ -269,8 +403,11 @@ def mask(message: str) -> str:
     return "".join(tokenize(message))
 
 
-# An exception type as Python, Java, .NET, Ruby and JavaScript print it: identifiers joined by dots or "::".
-TYPE_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*")
+# An exception type as Python, Java, .NET, Ruby, Rust, PHP and JavaScript print it: identifiers joined by dots, "::"
+# or backslashes.
+TYPE_NAME = re.compile(r"\\?[A-Za-z_$][\w$]*(?:(?:\.|::|\\)[A-Za-z_$][\w$]*)*")
+# What joins the parts of a qualified name: Python, Java and .NET's dots, Ruby and Rust's "::", PHP's backslash.
+NAME_PARTS = re.compile(r"\.|::|\\")
 
 
 def leading_error_type(message: str) -> tuple[str, str]:
@@ -279,7 +416,7 @@ def leading_error_type(message: str) -> tuple[str, str]:
     with a capital or is dotted; ("", message) otherwise. (`split_error_type`, for lines typed or pasted without
     headers, is stricter: a dotted logger or job name is not taken for a type.)"""
     head, separator, rest = message.partition(": ")
-    if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or "." in head):
+    if separator and head and " " not in head and len(head) < 200 and (head[0].isupper() or _qualified(head)):
         return head, rest
     return "", message
 
@@ -288,13 +425,18 @@ def split_error_type(message: str) -> tuple[str, str]:
     """("ValueError", "bad id 42") from "ValueError: bad id 42", as Python and Java print exceptions;
     ("", message) when the message does not start with a type."""
     head, separator, rest = message.partition(": ")
-    if separator and len(head) < 200 and TYPE_NAME.fullmatch(head) and (head[0].isupper() or "." in head):
+    if separator and len(head) < 200 and TYPE_NAME.fullmatch(head) and (head[0].isupper() or _qualified(head)):
         # A qualified name is a type when its last part is a class name ("requests.exceptions.HTTPError");
         # "com.example.daily.cleanup: ..." names a job or a logger, whose message follows.
-        parts = re.split(r"\.|::", head)
+        parts = NAME_PARTS.split(head.lstrip("\\"))
         if (parts[-1].lstrip("_")[:1].isupper() or len(parts) == 1) and not _is_bundle_id(parts):
             return head, rest
     return "", message
+
+
+def _qualified(name: str) -> bool:
+    """A name with a module or namespace: "requests.exceptions.HTTPError", "reqwest::Error", "GuzzleHttp\\Exception"."""
+    return "." in name or "::" in name or "\\" in name
 
 
 # The first part of a reverse domain name ("com.apple.Safari.SafeBrowsing.Update", "org.acme.Billing.Nightly").
@@ -322,29 +464,38 @@ def fingerprint(*, error_type: str, message: str, stack_trace: str = "", fallbac
     return found
 
 
-# How much of the message a stack trace's pattern shows beside its type and frames.
-TRACE_DETAIL_CHARS = 160
 MASKED = re.compile(r"<[^<>]*>")
 WORD = re.compile(r"[^\W\d_]{2,}")
-QUOTED_VALUE = re.compile(r"'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|`[^`\n]{1,200}`")
+QUOTES = "'\"`"
 
 
-def _trace_template(found: stacktrace.TraceSignature, message: str) -> str:
-    """'KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount: <message>': the type's own
-    name, the frames that key the pattern as a call path (caller first: the innermost frame is often a shared
-    helper, so the caller is what tells two patterns apart in a truncated list), then the first line of the
-    masked message of the dead letter that opened the pattern (an example: the key is the type and frames)."""
-    short_type = re.split(r"\.|::", found.error_type)[-1] if found.error_type else "Error"
+def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, ...]:
+    """The tokens of a trace fingerprint: 'KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:
+    apply_discount:' as one token (the type's own name, then the frames that key the pattern as a call path, caller
+    first: the innermost frame is often a shared helper, so the caller is what tells two patterns apart in a
+    truncated list), then the masked first line of the message, mined like any text. One place raises several
+    causes ("customer_email ... is not a valid e-mail address", "quantity must be positive"): the message keeps them
+    apart. A quoted value is a value there (the pattern holds every field or key the place names); a message of
+    values only ("KeyError: 'SPRING'") adds nothing to what the type says."""
+    short_type = NAME_PARTS.split(found.error_type)[-1] if found.error_type else "Error"
     path = " → ".join(_short_frame(frame) for frame in reversed(found.frames))
+    head = f"{short_type} at {path}"
     first_line = message.strip().split("\n", 1)[0]
-    head, rest = split_error_type(first_line)
-    # Quoted values too: the pattern holds every message raised there, with whatever field or key it names.
-    detail = QUOTED_VALUE.sub("<*>", mask(rest if head else first_line)).strip()
-    if not WORD.search(MASKED.sub("", detail)):
-        detail = ""  # only values ("KeyError: 'SPRING'"): the type says it all
-    if len(detail) > TRACE_DETAIL_CHARS:
-        detail = detail[: TRACE_DETAIL_CHARS - 1].rstrip() + "…"
-    return f"{short_type} at {path}: {detail}" if detail else f"{short_type} at {path}"
+    error_type, rest = split_error_type(first_line)
+    tokens = [
+        (" " + WILDCARD if token.startswith(" ") else WILDCARD) if _is_quoted(token) else token
+        for token in tokenize(rest if error_type else first_line)
+    ]
+    if not tokens or not WORD.search(MASKED.sub("", "".join(tokens))):
+        return (head,)
+    if not tokens[0].startswith(" "):
+        tokens[0] = " " + tokens[0]
+    return (head, ":", *tokens)
+
+
+def _is_quoted(token: str) -> bool:
+    body = token.strip()
+    return len(body) >= 2 and body[0] in QUOTES and body[-1] == body[0]
 
 
 def _short_frame(frame: str) -> str:
@@ -383,9 +534,13 @@ def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: s
     if trace:
         found = stacktrace.signature(trace, error_type=error_type)
         if found is not None:
-            key = pattern_key(error_type=f"trace\x00{found.error_type}", template="\x00".join(found.frames))
-            template = _trace_template(found, message)
-            return Fingerprint(key=key, template=template, error_type=found.error_type, kind="trace")
+            tokens = _trace_tokens(found, message or stacktrace.headline(trace))
+            template = "".join(tokens)
+            scope = trace_scope(found.error_type, found.frames)
+            key = pattern_key(error_type=f"{found.error_type}\x00{scope}", template=template)
+            return Fingerprint(
+                key=key, template=template, error_type=found.error_type, tokens=tokens, kind="trace", scope=scope
+            )
     tokens = tokenize(message) if message else ()
     if not tokens:
         template = fallback or "(no error message)"

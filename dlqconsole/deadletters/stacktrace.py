@@ -120,7 +120,8 @@ def looks_like_trace(text: str) -> bool:
 
 
 def headline(trace: str) -> str:
-    """The line that names the exception: for Python the last unindented line, elsewhere the first line."""
+    """The line that names the exception: for Python the last unindented line, for a Go panic its "panic: " line,
+    elsewhere the first line."""
     lines = [line for line in trace[:MAX_TRACE].splitlines() if line.strip()]
     if not lines:
         return ""
@@ -128,6 +129,9 @@ def headline(trace: str) -> str:
         for line in reversed(lines):
             if not line[0].isspace() and not line.startswith(PYTHON_HEAD):
                 return line.strip()
+    for line in lines[:20]:
+        if line.startswith("panic: "):
+            return line.strip()
     return lines[0].strip()
 
 
@@ -220,13 +224,8 @@ def _node_frame(function: str, location: str) -> str:
 
 def _go(text: str, error_type: str) -> TraceSignature | None:
     lines = text.splitlines()
+    # Go panics carry no type; the panic message is the fingerprint's message (`headline`).
     kind = error_type
-    if not kind:
-        for line in lines:
-            if line.startswith("panic: "):
-                # Go panics carry no type: the panic message's shape stands in for it.
-                kind = "panic: " + DIGITS.sub("N", line[7:].strip())[:200]
-                break
     frames: list[str] = []
     for position, line in enumerate(lines[:-1]):
         location = GO_FILE.match(lines[position + 1])

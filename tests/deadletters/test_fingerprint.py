@@ -134,7 +134,14 @@ def test_a_trace_pattern_shows_the_message_with_its_values_masked() -> None:
         "KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount:"
         " Order <NUM>: field <*> is required"
     )
-    assert other.key == found.key  # the key is the type and frames; the message shown is an example
+    # The key is the type, the frames and the masked message: another value is the same cause, another message
+    # raised at the same place is not.
+    again = fingerprint(
+        error_type="KeyError", message="KeyError: Order 7: field 'email' is required", stack_trace=trace
+    )
+    assert again.key == found.key
+    assert other.key != found.key
+    assert found.kind == other.kind == "trace"
 
 
 def test_python_chained_trace_is_named_by_its_root_cause() -> None:

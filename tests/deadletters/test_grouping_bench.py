@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
 
-from bench.grouping import group, load, loghub, score
+from bench.grouping import DEFAULT_LOGHUB, group, load, loghub, loghub_files, score
 
 
 def write_dataset(directory: Path, name: str, rows: list[tuple[str, str]]) -> None:
@@ -58,8 +59,8 @@ def test_loghub_lists_the_events_grouped_wrongly(tmp_path: Path, capsys: pytest.
 
 
 def test_the_labelled_corpus_meets_the_grouping_bar_in_every_split() -> None:
-    """Issue 3's bar (accuracy >= 0.95, group F1 >= 0.90) on the corpus, held-out causes included, so that a change
-    to grouping that loses it fails here and not only in `make bench`."""
+    """The corpus's bar (accuracy >= 0.97, group F1 >= 0.90) in every split, the held-out causes (never tuned on)
+    included, so that a change to grouping that loses it fails here and not only in `make bench`."""
     rows = load()
     splits = {
         "train": [row for row in rows if row["split"] == "train"],
@@ -69,10 +70,35 @@ def test_the_labelled_corpus_meets_the_grouping_bar_in_every_split() -> None:
 
     results = {name: score([row["cause"] for row in part], group(part)) for name, part in splits.items()}
 
-    assert results["all"]["messages"] >= 3000 and results["all"]["causes"] >= 200
+    assert results["all"]["messages"] >= 4400 and results["all"]["causes"] >= 330
+    assert results["heldout"]["causes"] >= 80
     for name, numbers in results.items():
-        assert numbers["accuracy"] >= 0.95, (name, numbers)
+        assert numbers["accuracy"] >= 0.97, (name, numbers)
         assert numbers["group_f1"] >= 0.90, (name, numbers)
+
+
+LOGHUB_DATASETS = 16
+
+
+def test_the_public_loghub_datasets_meet_the_grouping_bar() -> None:
+    """Mean grouping accuracy and group F1 >= 0.92 over the 16 Loghub-2k datasets with corrected labels, whole, in
+    one configuration. The data is not part of this repository (DLQ_LOGHUB_DIR, else ../shared/data beside the
+    checkout): without it the test is skipped on a developer's machine and fails in CI, where the bar must hold."""
+    files = loghub_files(DEFAULT_LOGHUB)
+    if len(files) < LOGHUB_DATASETS:
+        message = f"{LOGHUB_DATASETS} Loghub-2k datasets expected under {DEFAULT_LOGHUB}, found {len(files)}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " (set DLQ_LOGHUB_DIR)")
+        pytest.skip(message)
+
+    results = loghub(DEFAULT_LOGHUB)
+
+    assert len(results) == LOGHUB_DATASETS
+    assert all(numbers["messages"] == 2000 for numbers in results.values())
+    accuracy = sum(numbers["accuracy"] for numbers in results.values()) / len(results)
+    f1 = sum(numbers["group_f1"] for numbers in results.values()) / len(results)
+    assert accuracy >= 0.92, (accuracy, results)
+    assert f1 >= 0.92, (f1, results)
 
 
 def test_corrected_labels_are_read_first_by_their_event_template(tmp_path: Path) -> None:

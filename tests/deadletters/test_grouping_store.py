@@ -12,6 +12,7 @@ from dlqconsole.deadletters.models import (
     DeadLetterCount,
     FailurePattern,
     Fingerprint,
+    FingerprintKind,
     PatternEvent,
     PatternOrigin,
     PatternStatus,
@@ -100,7 +101,7 @@ def test_error_type_and_reason_separate_otherwise_equal_templates(ingest: Ingest
     assert rows[0].pattern_id != rows[1].pattern_id
 
 
-def test_same_stack_trace_signature_is_one_pattern_whatever_the_message(ingest: Ingest) -> None:
+def test_same_stack_trace_signature_is_one_pattern_whatever_the_value(ingest: Ingest) -> None:
     trace = """Traceback (most recent call last):
   File "/app/orders/tasks.py", line 88, in apply_promotions
     total = pricing.apply_discount(order, code)
@@ -118,6 +119,71 @@ KeyError: '{code}'"""
     pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
     assert pattern.origin == PatternOrigin.TRACE
     assert pattern.template == "KeyError at orders/tasks.py:apply_promotions → orders/pricing.py:apply_discount"
+
+
+VALIDATION_TRACE = """Traceback (most recent call last):
+  File "/app/orders/tasks.py", line 30, in place_order
+    validate(order)
+  File "/app/orders/validation.py", line 12, in validate
+    raise ValidationError(problem)
+orders.validation.ValidationError: {message}"""
+
+
+def test_different_messages_raised_at_one_place_are_different_patterns(ingest: Ingest) -> None:
+    """One place in the code raises several causes: a retry of one must not replay the others."""
+    messages = [
+        "customer_email bob@example.com is not a valid e-mail address",
+        "customer_email eve@example.net is not a valid e-mail address",
+        "quantity -3 must be positive",
+        "quantity 0 must be positive",
+        "shipping_address is required",
+    ]
+    rows = ingest(
+        *[
+            {
+                "message": message,
+                "error_type": "ValidationError",
+                "stack_trace": VALIDATION_TRACE.format(message=message),
+            }
+            for message in messages
+        ]
+    )
+
+    by_message = {row.error_message: row.pattern_id for row in rows}
+    assert by_message[messages[0]] == by_message[messages[1]]
+    assert by_message[messages[2]] == by_message[messages[3]]
+    assert len(set(by_message.values())) == 3
+    templates = set(FailurePattern.objects.filter(pk__in=by_message.values()).values_list("template", flat=True))
+    assert templates == {
+        "ValidationError at orders/tasks.py:place_order → orders/validation.py:validate: customer_email <EMAIL> is not"
+        " a valid e-mail address",
+        "ValidationError at orders/tasks.py:place_order → orders/validation.py:validate: quantity <NUM> must be"
+        " positive",
+        "ValidationError at orders/tasks.py:place_order → orders/validation.py:validate: shipping_address is required",
+    }
+    assert set(FailurePattern.objects.filter(pk__in=by_message.values()).values_list("origin", flat=True)) == {
+        PatternOrigin.TRACE
+    }
+    assert set(Fingerprint.objects.values_list("kind", flat=True)) == {FingerprintKind.TRACE}
+
+
+def test_a_word_that_varies_in_a_trace_message_is_mined_like_text(ingest: Ingest) -> None:
+    users = ["alice", "bob", "carol", "dave"]
+    rows = ingest(
+        *[
+            {
+                "message": f"user {user} has no billing account",
+                "error_type": "ValidationError",
+                "stack_trace": VALIDATION_TRACE.format(message=f"user {user} has no billing account"),
+            }
+            for user in users
+        ]
+    )
+
+    assert len({row.pattern_id for row in rows}) == 1
+    pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
+    assert pattern.template.endswith(": user <*> has no billing account")
+    assert_counts_exact()
 
 
 def test_an_operator_merge_sticks_when_the_merged_pattern_later_generalises(ingest: Ingest, operator) -> None:  # type: ignore[no-untyped-def]

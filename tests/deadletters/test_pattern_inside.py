@@ -116,8 +116,9 @@ def test_the_pattern_page_shows_what_it_holds_escaped(ingest: Ingest, viewer: Us
     assert "took 2 values" in " ".join(section.split())
 
 
-def test_dead_letters_grouped_by_their_stack_trace_show_their_own_messages(ingest: Ingest) -> None:
-    """One place in the code can raise several causes: their messages, masked, tell them apart."""
+def test_dead_letters_grouped_by_their_stack_trace_show_their_own_messages(ingest: Ingest, operator: User) -> None:
+    """One place in the code can raise several causes: grouping keeps them apart by their masked messages, and a
+    pattern that holds several (an operator merged them) shows each."""
     trace = TRACE.format(task="apply", function="rate")
     rows = ingest(
         *[
@@ -130,7 +131,11 @@ def test_dead_letters_grouped_by_their_stack_trace_show_their_own_messages(inges
             ]
         ]
     )
-    (pattern,) = FailurePattern.objects.filter(dead_letters__pk__in=[row.pk for row in rows]).distinct()
+    patterns = list(FailurePattern.objects.filter(dead_letters__pk__in=[row.pk for row in rows]).distinct())
+    assert len(patterns) == 3
+    pattern, *others = patterns
+    merge_patterns(target=pattern, sources=others, actor=operator)
+    pattern.refresh_from_db()
 
     inside = explain(pattern)
 

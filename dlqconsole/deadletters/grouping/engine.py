@@ -2,20 +2,24 @@
 
 `dlq fingerprint` and the benchmark use it; `store` uses its cluster and mining helpers. It files each message
 exactly as `assign_patterns` would once the same set of messages has been ingested: fingerprint, cluster by
-(error type, failure reason of the template, first word), mine each cluster's templates together (each token count,
-then across token counts), key each group by its generalised template.
+(error type, failure reason of the template, first word; or type and frames for a stack trace), mine each cluster's
+templates together (each token count, then across token counts), key each group by its generalised template.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlqconsole.deadletters.classify import classify
-from dlqconsole.deadletters.fingerprint import Fingerprint, fingerprint, pattern_key, split_error_type
+from dlqconsole.deadletters.fingerprint import TRACE_PREFIX, Fingerprint, fingerprint, pattern_key, split_error_type
 from dlqconsole.deadletters.grouping.mining import anchor, generalize_all
 
 ClusterKey = tuple[str, str, str]
+# A dotted name ("ssl.gstatic.com", "timeout.handler.Worker") names a host, a key or a class: a keyword inside it
+# ("ssl", "timeout") says nothing about how the failure happened.
+DOTTED = re.compile(r"\b[A-Za-z][\w-]*(?:\.[\w-]+)+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,19 +31,35 @@ class Pattern:
 
 
 def cluster_of(found: Fingerprint, fallback_reason: str = "UNKNOWN") -> ClusterKey | None:
-    """The cluster a fingerprint is mined in; None for fingerprints that are never merged (traces, no text).
+    """The cluster a fingerprint is mined in; None for fingerprints that are never merged (no text).
 
     The failure reason is classified from the masked template, not from one message: a variable part that
-    happens to read "504" or "timeout" must not send one message of a template to another cluster.
+    happens to read "504" or "timeout" must not send one message of a template to another cluster. A text
+    cluster's third part is the message's first word; a trace cluster's, its type and frames (`scope`): the
+    messages raised at one place are mined together.
     """
-    if found.kind != "text":
-        return None
-    reason = classify(error_type=found.error_type, message=found.template)
-    return (found.error_type, str(reason or fallback_reason), anchor(found.tokens))
+    if found.kind == "text":
+        reason = classify(error_type=found.error_type, message=DOTTED.sub("", found.template))
+        return (found.error_type, str(reason or fallback_reason), anchor(found.tokens))
+    if found.kind == "trace":
+        message = "".join(found.tokens[1:])
+        reason = classify(error_type=found.error_type, message=DOTTED.sub("", message)) if message else None
+        return (found.error_type, str(reason or fallback_reason), found.scope)
+    return None
 
 
-def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) -> dict[str, Pattern]:
-    """{fingerprint key: pattern} for the fingerprints of one cluster ({key: tokens})."""
+def scope_of(cluster: ClusterKey) -> str:
+    """What a cluster adds to its patterns' keys: a trace cluster's scope, nothing for text."""
+    return cluster[2] if is_trace_cluster(cluster) else ""
+
+
+def is_trace_cluster(cluster: ClusterKey) -> bool:
+    return cluster[2].startswith(TRACE_PREFIX)
+
+
+def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]], scope: str = "") -> dict[str, Pattern]:
+    """{fingerprint key: pattern} for the fingerprints of one cluster ({key: tokens}); `scope_of` the cluster."""
+    keyed_type = f"{error_type}\x00{scope}" if scope else error_type
     general = generalize_all(templates.values())
     by_form: dict[tuple[str, ...], Pattern] = {}
     result: dict[str, Pattern] = {}
@@ -50,7 +70,7 @@ def patterns_of_cluster(error_type: str, templates: dict[str, tuple[str, ...]]) 
             # Made once per mined form: most of a cluster's templates end in a few.
             template = "".join(mined)
             pattern = by_form[mined] = Pattern(
-                key=pattern_key(error_type=error_type, template=template),
+                key=pattern_key(error_type=keyed_type, template=template),
                 template=template,
                 error_type=error_type,
                 tokens=mined,
@@ -83,8 +103,8 @@ class Grouper:
     def patterns(self) -> dict[str, Pattern]:
         """{fingerprint key: the pattern it ends in}."""
         mined: dict[str, Pattern] = {}
-        for (error_type, _, _), members in self._clusters.items():
-            mined.update(patterns_of_cluster(error_type, members))
+        for cluster, members in self._clusters.items():
+            mined.update(patterns_of_cluster(cluster[0], members, scope_of(cluster)))
         return {
             key: mined.get(key) or Pattern(key=key, template=found.template, error_type=found.error_type)
             for key, found in self._fingerprints.items()

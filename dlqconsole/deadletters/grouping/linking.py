@@ -26,6 +26,7 @@ MAX_RUN_TOKENS = 12
 # Fixed words the two templates must share outside the run.
 MIN_SHARED_WORDS = 2
 QUOTES = "'\"`"
+BRACKETS = frozenset("()[]")
 
 
 def _is_punctuation(token: str) -> bool:
@@ -58,10 +59,14 @@ def _holds_data(run: tuple[str, ...]) -> bool:
 
 
 def _is_value(run: tuple[str, ...]) -> bool:
-    """Words or data, no punctuation and no noun that names a kind of thing or an enumeration."""
+    """Words or data, no punctuation but balanced brackets ("LOCAL(<NUM>)"), and no noun that names a kind of
+    thing or an enumeration."""
+    text = "".join(run)
+    if text.count("(") != text.count(")") or text.count("[") != text.count("]"):
+        return False
     for token in run:
         word = lower_word(token)
-        if is_wildcard(token) or is_data(token):
+        if is_wildcard(token) or is_data(token) or token in BRACKETS:
             continue
         if not word or not token.strip().replace("-", "").replace("_", "").replace(".", "").isalnum():
             return False

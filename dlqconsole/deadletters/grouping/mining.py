@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 
 from dlqconsole.deadletters.grouping.linking import Shapes, linked, one_run_apart, same_remainder
 from dlqconsole.deadletters.grouping.vocabulary import (
-    DOTTED_NAME,
     ENTITY_NOUNS,
     ENUM_NOUNS,
     PARTICIPLE,
     WILDCARD,
+    address_label,
     first_word,
     is_data,
     is_wildcard,
@@ -37,6 +37,13 @@ from dlqconsole.deadletters.grouping.vocabulary import (
 
 PLAIN_VALUES = 3
 ENUM_VALUES = 5
+# Keys whose value names what failed, not data: the host that refused, the table or constraint that said no. The
+# value of any other key ("tag=View Lock", "name=android") is data, like a number.
+DEPENDENCY_KEYS = frozenset(
+    "host hostname server addr address endpoint url uri service database db dsn port table constraint index".split()
+)
+# Literal values a program prints for a flag or an empty field ("ret:false", "ws=null"): data, like a number.
+LITERALS = frozenset({"true", "false", "null", "none", "nil", "undefined"})
 MAX_ROUNDS = 8
 
 
@@ -59,10 +66,28 @@ def _after_data(form: tuple[str, ...], position: int) -> bool:
     return form[position].startswith(" ") and is_data(previous) and not is_wildcard(previous)
 
 
+def _quoted(token: str) -> bool:
+    """A quoted value ("'charge.refunded'", "`pickup_point`"): what the program was given, printed as data."""
+    body = token.strip()
+    return len(body) >= 2 and body[0] in "'\"`" and body[-1] == body[0] and "://" not in body
+
+
+def _keyed(form: tuple[str, ...], position: int) -> bool:
+    """Whether a token is the value of a "key=value" pair: a field a program printed, data like a number."""
+    if position < 2 or form[position - 1] != "=":
+        return False
+    key = lower_word(form[position - 2])
+    return bool(key) and key not in ENUM_NOUNS and key not in DEPENDENCY_KEYS
+
+
 def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
     if any(is_wildcard(value) for value in values):
         return True
     if not any(value.strip()[:1].isalnum() or value.strip()[:1] in "<'\"`" for value in values):
+        return False
+    if any(value.strip().isdecimal() for value in values):
+        # Masking turns numbers into <NUM> except those that name the cause (an HTTP status, the port of a failed
+        # connection): they never vary.
         return False
     if position == first_word(form) and not any(is_data(value) for value in values):
         # The first word of a message is its own wording ("boot (command 12)", "halt (command 12)"), never a
@@ -78,12 +103,14 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         before in ENTITY_NOUNS
         or after in ENTITY_NOUNS
         or any(is_data(value) for value in values)
+        or all(lower_word(value) in LITERALS for value in values)
+        or _keyed(form, position)
         or (_after_data(form, position) and all(value.strip().isalpha() for value in values))
     ):
         needed = 2
     elif (
-        before in ENUM_NOUNS
-        or all(DOTTED_NAME.fullmatch(value.strip().strip("'\"`")) for value in values)
+        (before in ENUM_NOUNS and not all(_quoted(value) and "." in value for value in values))
+        or before in DEPENDENCY_KEYS
         or all(lower_word(value) in ENTITY_NOUNS for value in values)
         or all(PARTICIPLE.fullmatch(value.strip()) for value in values)
     ):
@@ -137,8 +164,14 @@ def _absorb(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ..
 
 
 def _soft_slots(form: tuple[str, ...]) -> tuple[int, ...]:
-    """The positions where a form holds data (masked values or wildcards), the message's first word excepted."""
-    slots = [position for position, token in enumerate(form) if ">" in token and (is_wildcard(token) or is_data(token))]
+    """The positions where a form holds data (masked values, wildcards, the value of a "key=value"), the message's
+    first word excepted."""
+    slots = [
+        position
+        for position, token in enumerate(form)
+        if (">" in token and (is_wildcard(token) or is_data(token)))
+        or (form[position - 1] == "=" and position >= 2 and _keyed(form, position))
+    ]
     if len(slots) < 2:
         return ()
     first = first_word(form)
@@ -256,6 +289,22 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
     forms it is linked through generalise), so a group of "user bob not found" and "user John Smith not found"
     is shown as the first; "user <*> not found" comes from mining once two one-word names are in.
     """
+    raw = set(templates)
+    # An address the message opens with is a value from the start (vocabulary.address_label).
+    unlabelled = {template: _unlabel(template) for template in raw}
+    if any(template is not plain for template, plain in unlabelled.items()):
+        grouped = _generalize_all(set(unlabelled.values()))
+        return {template: grouped[plain] for template, plain in unlabelled.items()}
+    return _generalize_all(raw)
+
+
+def _unlabel(template: tuple[str, ...]) -> tuple[str, ...]:
+    if address_label(template):
+        return (WILDCARD, *template[1:])
+    return template
+
+
+def _generalize_all(templates: set[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ...]]:
     by_length: dict[int, set[tuple[str, ...]]] = defaultdict(set)
     for template in templates:
         by_length[len(template)].add(template)

@@ -25,7 +25,7 @@ from django.db.models import F
 
 from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
-from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, patterns_of_cluster
+from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, is_trace_cluster, patterns_of_cluster, scope_of
 from dlqconsole.deadletters.grouping.vocabulary import is_wildcard
 from dlqconsole.deadletters.models import (
     FailurePattern,
@@ -193,8 +193,7 @@ def _insert_patterns(
 
 
 def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
-    """Fingerprints that are never merged automatically (stack trace signatures, no error text): one pattern
-    each."""
+    """Fingerprints that are never merged automatically (no error text): one pattern each."""
     rows = [
         (
             candidate.found.key,
@@ -202,7 +201,7 @@ def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
             candidate.found.error_type,
             candidate.reason,
             candidate.transient,
-            PatternOrigin.TRACE if candidate.found.kind == "trace" else PatternOrigin.TEXT,
+            PatternOrigin.TEXT,
             (),
         )
         for candidate in candidates
@@ -213,7 +212,7 @@ def _file_singles(candidates: list[Candidate], *, now: dt.datetime) -> None:
         [
             Fingerprint(
                 key=candidate.found.key,
-                kind=FingerprintKind.TRACE if candidate.found.kind == "trace" else FingerprintKind.EMPTY,
+                kind=FingerprintKind.EMPTY,
                 template=candidate.found.template,
                 error_type=candidate.found.error_type[:255],
                 pattern_id=final[ids[candidate.found.key]],
@@ -258,10 +257,13 @@ def _file_clusters(clusters: dict[tuple[str, str, str], list[Candidate]], *, now
             continue
         tokens = {key: member.tokens for key, member in members.items()}
         tokens.update({key: candidate.found.tokens for key, candidate in fresh.items()})
-        groups = patterns_of_cluster(error_type, tokens)
+        groups = patterns_of_cluster(error_type, tokens, scope_of(cluster))
         transient = next(iter(fresh.values())).transient
         for group in groups.values():
-            origin = PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT
+            if is_trace_cluster(cluster):
+                origin = PatternOrigin.TRACE
+            else:
+                origin = PatternOrigin.MINED if WILDCARD in group.template else PatternOrigin.TEXT
             pattern_rows.setdefault(
                 group.key, (group.key, group.template, error_type, reason, transient, origin, group.tokens)
             )
@@ -290,7 +292,7 @@ def _file_clusters(clusters: dict[tuple[str, str, str], list[Candidate]], *, now
         [
             Fingerprint(
                 key=key,
-                kind=FingerprintKind.TEXT,
+                kind=FingerprintKind.TRACE if candidate.found.kind == "trace" else FingerprintKind.TEXT,
                 template=candidate.found.template,
                 error_type=error_type[:255],
                 tokens=list(candidate.found.tokens),

@@ -64,6 +64,10 @@ def lower_word(token: str) -> str:
 LABEL = re.compile(r"[A-Za-z][\w-]*(?:\.[\w-]+)+")
 
 
+# A name in UpperCamelCase with two humps or more ("PurgeSessionsJob", "OrderConsumer"): a class, a job, a worker.
+CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+")
+
+
 def first_word(form: tuple[str, ...]) -> int:
     """The position of the message's first word (the first token that starts with a letter, after a leading
     "qualified.name:" label), or -1."""
@@ -72,11 +76,39 @@ def first_word(form: tuple[str, ...]) -> int:
         if token.lstrip()[:1].isalpha():
             first = position
             break
-    if first >= 0 and first + 1 < len(form) and form[first + 1] == ":" and LABEL.fullmatch(form[first].strip()):
-        for position in range(first + 2, len(form)):
-            if form[position].lstrip()[:1].isalpha():
-                return position
+    if first >= 0 and first + 1 < len(form) and form[first + 1] == ":":
+        if LABEL.fullmatch(form[first].strip()):
+            for position in range(first + 2, len(form)):
+                if form[position].lstrip()[:1].isalpha():
+                    return position
+        elif address_label(form) and first + 3 < len(form):
+            return first + 3
+    if (
+        first >= 0
+        and first + 1 < len(form)
+        and form[first + 1][1:2].islower()
+        and form[first + 1].startswith(" ")
+        and form[first].lstrip()[:1].isupper()
+        and CLASS_NAME.fullmatch(form[first].strip())
+    ):
+        # "PurgeSessionsJob failed: ...": a class, job or worker name is the message's subject; its wording starts
+        # after it.
+        return first + 1
     return first
+
+
+def address_label(form: tuple[str, ...]) -> bool:
+    """Whether the message opens with a "host:port" its first word tells about ("wpad:80 error : ...",
+    "ssl.gstatic.com:443 open through proxy ..."): the address is the line's subject, a value, not its wording.
+    An address followed by a colon ("redis:6379: connection refused") is a prefix naming the dependency; it stays."""
+    return (
+        len(form) > 3
+        and form[0][:1].isalpha()
+        and form[1] == ":"
+        and form[2] == "<NUM>"
+        and form[3].startswith(" ")
+        and form[3][1:2].isalpha()
+    )
 
 
 def word_before(form: tuple[str, ...], position: int) -> str:
