@@ -271,12 +271,14 @@ def _move_scopes(*, source_id: int, target_id: int) -> list[str]:
 
 
 def _carry_triage(*, source: FailurePattern, target: FailurePattern) -> tuple[list[str], list[str]]:
-    """Fill in the target's triage from the source's where the target has none of its own: the status when the
-    target is open, the owner when it has none (and the source's may still own one), and the note, appended under
-    the source's number when the target has one. Returns (fields changed, what was taken, for the history)."""
+    """Fill in the target's triage from the source's where the target has none of its own: an acknowledgement when
+    the target is open, the owner when it has none (and the source's may still own one), and the note, appended under
+    the source's number when the target has one. Returns (fields changed, what was taken, for the history).
+    A source's "ignored" or "resolved" does not carry: it would silence the alerts of an open pattern that is still
+    failing for the failures the source never held."""
     fields: list[str] = []
     taken: list[str] = []
-    if target.status == PatternStatus.OPEN and source.status != PatternStatus.OPEN:
+    if target.status == PatternStatus.OPEN and source.status == PatternStatus.ACKNOWLEDGED:
         target.status = source.status
         target.status_changed_at = source.status_changed_at
         fields += ["status", "status_changed_at"]

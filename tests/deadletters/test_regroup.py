@@ -181,6 +181,18 @@ def test_the_survivors_own_triage_is_kept(ingest: Ingest, operator: User, admin_
     assert AuditEntry.objects.get(action="pattern.regroup", target=f"pattern #{first.pk}").actor == operator
 
 
+def test_an_ignored_pattern_does_not_silence_the_open_survivor(ingest: Ingest, operator: User) -> None:
+    first, newer, _ = older_timeouts(ingest)
+    set_pattern_status(pattern=newer, status=PatternStatus.IGNORED, actor=operator)
+
+    regroup()
+
+    first.refresh_from_db()
+    newer.refresh_from_db()
+    assert newer.merged_into_id == first.pk
+    assert first.status == PatternStatus.OPEN
+
+
 def test_a_new_arrival_of_a_merged_text_lands_in_the_survivor(ingest: Ingest) -> None:
     first, newer, _ = older_timeouts(ingest)
     regroup()
