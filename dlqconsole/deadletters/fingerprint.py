@@ -115,6 +115,9 @@ TOKEN_CACHE_SIZE = 50000
 # Whole answers by (error type, message, stack trace, fallback); smaller, since its keys can be long.
 _FINGERPRINT_CACHE: dict[tuple[str, str, str, str], Fingerprint] = {}
 FINGERPRINT_CACHE_SIZE = 20000
+# Tokens by premasked text: messages that differ only where premasking hides something (a time, a path, an
+# address) are cut into tokens once.
+_TEXT_CACHE: dict[str, tuple[str, ...]] = {}
 # Keys by (error type, template): most messages repeat a template, and a lookup is cheaper than a hash.
 _KEY_CACHE: dict[tuple[str, str], str] = {}
 
@@ -250,9 +253,11 @@ def _premask(message: str) -> str:
         text = UNIX_PATH.sub("<PATH>", text)
     if TIME_HINT.search(text) or DATE_HINT.search(text):
         text = DATETIME.sub("<DATETIME>", text)
-    if text.count(":") >= 8:
+    colons = text.count(":")
+    if colons >= 8:
         text = HEX_PAIRS.sub("<HEX>", text)
-    if ("::" in text or text.count(":") >= 4) and IPV6_HINT.search(text):
+        colons = text.count(":")
+    if ("::" in text or colons >= 4) and IPV6_HINT.search(text):
         text = IPV6.sub("<IP>", text)
     return text
 
@@ -260,6 +265,16 @@ def _premask(message: str) -> str:
 def tokenize(message: str) -> tuple[str, ...]:
     """The masked tokens of a message, each with the space before it: joined, they are the template."""
     text = _premask(message)
+    found = _TEXT_CACHE.get(text)
+    if found is None:
+        found = _tokenize_masked(text)
+        if len(_TEXT_CACHE) >= FINGERPRINT_CACHE_SIZE:
+            _TEXT_CACHE.clear()
+        _TEXT_CACHE[text] = found
+    return found
+
+
+def _tokenize_masked(text: str) -> tuple[str, ...]:
     raw = (TOKEN if "://" in text else TOKEN_WITHOUT_URL).findall(text)[:MAX_TOKENS]
     get = _TOKEN_CACHE.get
     tokens = [get(token) or _mask_token(token) for token in raw]
@@ -267,11 +282,11 @@ def tokenize(message: str) -> tuple[str, ...]:
         for position, token in enumerate(raw):
             if token in STATUS_TOKENS and _is_status(raw, position):
                 tokens[position] = token
-    if "'" in text or '"' in text or "`" in text:
+    if ("'" in text or '"' in text or "`" in text) and _may_echo_quoted(raw, text):
         repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1]
         if repeated:
             _refer_to_quoted(raw, tokens, repeated)
-    if PORT_HINT.search(text) and _connection_failed(text):
+    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and _connection_failed(text):
         _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
@@ -296,6 +311,17 @@ QUOTE_MARKS = "'\"`"
 QUOTED_WORD = re.compile(r"""['"`]([^\s'"`]{3,})['"`]""")
 
 
+def _may_echo_quoted(raw: list[str], text: str) -> bool:
+    """Whether a token is a quoted value without spaces that the text holds more than once: what `_refer_to_quoted`
+    needs to change anything, found from the tokens, much cheaper than looking for quoted values in the text."""
+    for token in raw:
+        if token[-1] in QUOTE_MARKS and len(token) >= 5:
+            body = token.lstrip(" ")
+            if body[0] in QUOTE_MARKS and len(body) >= 5 and text.count(body[1:-1]) > 1:
+                return True
+    return False
+
+
 def _refer_to_quoted(raw: list[str], tokens: list[str], values: list[str]) -> None:
     """A quoted value the message repeats ("Reverse for 'home-page' not found. 'home-page' is not a valid view",
     "property 'sizeChart' ... Path: $.sizeChart") is one value: the repetition becomes <REF>, so that the message
@@ -313,8 +339,10 @@ def _refer_to_quoted(raw: list[str], tokens: list[str], values: list[str]) -> No
 
 # A connection that failed names the service it tried: a port after an address ("ECONNREFUSED 10.0.0.7:5432",
 # "Connect call failed ('10.0.0.7', 6379)") says which one (postgres, redis) where the address is only a number.
-# A number after a colon or a comma ("10.0.0.7:5432", "('10.0.0.7', 6379)"): where a port can be.
-PORT_HINT = re.compile(r"[:,] ?\d")
+# A number after a colon or a comma ("10.0.0.7:5432", "('10.0.0.7', 6379)"): where a port can be. Two patterns, since
+# one that starts with a literal is found much faster than one that starts with a set of characters.
+PORT_AFTER_COLON = re.compile(r": ?\d")
+PORT_AFTER_COMMA = re.compile(r", ?\d")
 
 
 def _connection_failed(text: str) -> bool:
@@ -516,6 +544,7 @@ def clear_caches() -> None:
 
     _FINGERPRINT_CACHE.clear()
     _TOKEN_CACHE.clear()
+    _TEXT_CACHE.clear()
     _KEY_CACHE.clear()
     clear_classify_cache()
 

@@ -40,7 +40,24 @@ ENUM_VALUES = 5
 # Keys whose value names what failed, not data: the host that refused, the table or constraint that said no. The
 # value of any other key ("tag=View Lock", "name=android") is data, like a number.
 DEPENDENCY_KEYS = frozenset(
-    "host hostname server addr address endpoint url uri service database db dsn port table constraint index".split()
+    [
+        "host",
+        "hostname",
+        "server",
+        "addr",
+        "address",
+        "endpoint",
+        "url",
+        "uri",
+        "service",
+        "database",
+        "db",
+        "dsn",
+        "port",
+        "table",
+        "constraint",
+        "index",
+    ]
 )
 # Literal values a program prints for a flag or an empty field ("ret:false", "ws=null"): data, like a number.
 LITERALS = frozenset({"true", "false", "null", "none", "nil", "undefined"})
@@ -81,42 +98,46 @@ def _keyed(form: tuple[str, ...], position: int) -> bool:
 
 
 def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
-    if any(is_wildcard(value) for value in values):
+    if any(value.endswith(WILDCARD) for value in values):
         return True
-    if not any(value.strip()[:1].isalnum() or value.strip()[:1] in "<'\"`" for value in values):
+    stripped = [value.strip() for value in values]
+    if not any(value[:1].isalnum() or value[:1] in "<'\"`" for value in stripped):
         return False
-    if any(value.strip().isdecimal() for value in values):
+    if any(value.isdecimal() for value in stripped):
         # Masking turns numbers into <NUM> except those that name the cause (an HTTP status, the port of a failed
         # connection): they never vary.
         return False
-    if position == first_word(form) and not any(is_data(value) for value in values):
+    data = any(is_data(value) for value in values)
+    if not data and position == first_word(form):
         # The first word of a message is its own wording ("boot (command 12)", "halt (command 12)"), never a
         # name: only masked data varies there.
         return False
+    if len(values) >= ENUM_VALUES:
+        # As many values as the most demanding slot needs: the tests below cannot ask for more.
+        return True
     before = word_before(form, position)
     after = word_after(form, position)
-    if not any(is_data(value) for value in values) and all(PARTICIPLE.fullmatch(value.strip()) for value in values):
+    if not data and all(PARTICIPLE.fullmatch(value) for value in stripped):
         # Words that say what happened are different events even after a noun that names a thing: "Instance
-        # spawned" / "Instance destroyed", "job started" / "job failed" are not one pattern with a name varying.
+        # spawned" / "Instance destroyed", "job started" / "job failed", "VM Paused" / "VM Resumed" are not one
+        # pattern with a name varying: each is a different event, like an enumeration's values.
         needed = ENUM_VALUES
     elif (
         before in ENTITY_NOUNS
         or after in ENTITY_NOUNS
-        or any(is_data(value) for value in values)
+        or data
         or all(lower_word(value) in LITERALS for value in values)
         or _keyed(form, position)
-        or (_after_data(form, position) and all(value.strip().isalpha() for value in values))
+        or (_after_data(form, position) and all(value.isalpha() for value in stripped))
     ):
         needed = 2
     elif (
         (before in ENUM_NOUNS and not all(_quoted(value) and "." in value for value in values))
         or before in DEPENDENCY_KEYS
         or all(lower_word(value) in ENTITY_NOUNS for value in values)
-        or all(PARTICIPLE.fullmatch(value.strip()) for value in values)
     ):
         # Also when the values are themselves kinds of things ("user", "tenant", "queue"): they are the message's
-        # subject, not data; and when they say what happened ("VM Paused", "VM Resumed", "order was Refunded"):
-        # each is a different event, like an enumeration's values.
+        # subject, not data.
         needed = ENUM_VALUES
     else:
         needed = PLAIN_VALUES
