@@ -14,7 +14,7 @@ patterns whose dead letters all land in one new group:
 - the survivor of a merge is the pattern holding the most dead letters (the fewest rows to move), the oldest (lowest
   id) among equals; the others are absorbed by `services.absorb_pattern` (dead letters, counters, fingerprints,
   history totals, split rules, the alert rules and retry policies that watch them), with their triage carried
-  where the survivor has none (status when it is open, owner, note appended), in one transaction per merge;
+  where the survivor has none (an acknowledgement when it is open, owner, note appended), in one transaction per merge;
 - then the fingerprints the current rules give the stored texts, where no Fingerprint row has them yet, are filed
   under the pattern that holds their dead letters, when that is one pattern: a new arrival of the same text lands
   there instead of opening a pattern of its own. They are filed as a rule's fingerprint is, outside any cluster
