@@ -16,9 +16,8 @@ joined; a quoted value is one token whatever it contains. docs/grouping.md, "Mas
 from __future__ import annotations
 
 import hashlib
-import operator
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dlqconsole.deadletters import stacktrace
 
@@ -122,8 +121,9 @@ _TEXT_CACHE: dict[str, tuple[str, ...]] = {}
 _KEY_CACHE: dict[tuple[str, str], str] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Fingerprint:
+class Fingerprint(NamedTuple):
+    # A named tuple rather than a frozen dataclass: one is made for every new text, and a tuple is made in a
+    # fraction of the time.
     key: str
     template: str
     error_type: str
@@ -235,9 +235,12 @@ def _mask_token(token: str) -> str:
 
 def _premask(message: str) -> str:
     text = " ".join(message[:MAX_MESSAGE].split())
+    # Only a text with a host name (a dot) or a URL has anything a TLS failure changes.
     tls = (
-        "SSL" in text or "ssl" in text or "TLS" in text or "tls" in text or "x509" in text or "ertif" in text
-    ) and TLS_FAILURE.search(text) is not None
+        ("." in text or "://" in text)
+        and ("SSL" in text or "ssl" in text or "TLS" in text or "tls" in text or "x509" in text or "ertif" in text)
+        and TLS_FAILURE.search(text) is not None
+    )
     if "://" in text:
         if "?" in text:
             text = QUERY_WITH_SPACES.sub(_join_query, text)
@@ -282,15 +285,23 @@ def _tokenize_masked(text: str) -> tuple[str, ...]:
         for position, token in enumerate(raw):
             if token in STATUS_TOKENS and _is_status(raw, position):
                 tokens[position] = token
-    if ("'" in text or '"' in text or "`" in text) and _may_echo_quoted(raw, text):
-        repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1]
+    if "'" in text or '"' in text or "`" in text:
+        # A value with a digit is masked where it is quoted, and so never referred to.
+        repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1 and not DIGIT.search(value)]
         if repeated:
             _refer_to_quoted(raw, tokens, repeated)
-    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and _connection_failed(text):
+    # A port kept is a number after ":" or ",": list scans in C rule most texts out before the text is read.
+    if (
+        (":" in raw or "," in raw)
+        and (" <NUM>" in tokens or "<NUM>" in tokens)
+        and (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text))
+        and _connection_failed(text)
+    ):
         _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
-    if any(map(operator.eq, tokens, tokens[1:])):
+    # Two equal masked values side by side join as "> <": one search in C before the tokens are compared.
+    if "> <" in "".join(tokens):
         tokens = _join_runs(tokens)
     return tuple(tokens)
 
@@ -309,17 +320,6 @@ def _join_runs(tokens: list[str]) -> list[str]:
 QUOTE_MARKS = "'\"`"
 # A quoted value without spaces, found by its opening quote ("'home-page'", "`pickup_point`").
 QUOTED_WORD = re.compile(r"""['"`]([^\s'"`]{3,})['"`]""")
-
-
-def _may_echo_quoted(raw: list[str], text: str) -> bool:
-    """Whether a token is a quoted value without spaces that the text holds more than once: what `_refer_to_quoted`
-    needs to change anything, found from the tokens, much cheaper than looking for quoted values in the text."""
-    for token in raw:
-        if token[-1] in QUOTE_MARKS and len(token) >= 5:
-            body = token.lstrip(" ")
-            if body[0] in QUOTE_MARKS and len(body) >= 5 and text.count(body[1:-1]) > 1:
-                return True
-    return False
 
 
 def _refer_to_quoted(raw: list[str], tokens: list[str], values: list[str]) -> None:
@@ -511,7 +511,7 @@ def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, 
     first_line = message.strip().split("\n", 1)[0]
     error_type, rest = split_error_type(first_line)
     tokens = [
-        (" " + WILDCARD if token.startswith(" ") else WILDCARD) if _is_quoted(token) else token
+        (" " + WILDCARD if token.startswith(" ") else WILDCARD) if token[-1] in QUOTES and _is_quoted(token) else token
         for token in tokenize(rest if error_type else first_line)
     ]
     if not tokens or not WORD.search(MASKED.sub("", "".join(tokens))):
@@ -541,12 +541,15 @@ def clear_caches() -> None:
     """Forget every cached answer (benchmarks measure the work, not the caches), classification's too."""
     # Imported here: fingerprints know nothing of failure reasons (classify imports the models).
     from dlqconsole.deadletters.classify import clear_cache as clear_classify_cache
+    from dlqconsole.deadletters.grouping.vocabulary import clear_cache as clear_vocabulary_cache
 
     _FINGERPRINT_CACHE.clear()
     _TOKEN_CACHE.clear()
     _TEXT_CACHE.clear()
     _KEY_CACHE.clear()
+    stacktrace.clear_cache()
     clear_classify_cache()
+    clear_vocabulary_cache()
 
 
 def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: str) -> Fingerprint:

@@ -207,7 +207,26 @@ def _frames_after_at(text: str, error_type: str) -> TraceSignature | None:
     return None
 
 
+# Frames by qualified method: a service's traces repeat the same library and application frames.
+_JVM_FRAMES: dict[str, str] = {}
+JVM_FRAMES_CACHE_SIZE = 20000
+
+
+def clear_cache() -> None:
+    """Forget the frames remembered (benchmarks measure the work, not the cache)."""
+    _JVM_FRAMES.clear()
+
+
 def _jvm_frame(qualified: str) -> str:
+    frame = _JVM_FRAMES.get(qualified)
+    if frame is None:
+        if len(_JVM_FRAMES) >= JVM_FRAMES_CACHE_SIZE:
+            _JVM_FRAMES.clear()
+        frame = _JVM_FRAMES[qualified] = _read_jvm_frame(qualified)
+    return frame
+
+
+def _read_jvm_frame(qualified: str) -> str:
     name = qualified.rpartition("/")[2] if "/" in qualified else qualified
     if name.startswith(JVM_LIBRARIES) or GENERATED.search(name):
         return ""

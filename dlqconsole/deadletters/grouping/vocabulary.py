@@ -68,9 +68,28 @@ LABEL = re.compile(r"[A-Za-z][\w-]*(?:\.[\w-]+)+")
 CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+")
 
 
+# Each form's first word, remembered: mining asks for it at every slot of a form, linking for every pair.
+_FIRST_WORDS: dict[tuple[str, ...], int] = {}
+FIRST_WORDS_CACHE_SIZE = 20000
+
+
+def clear_cache() -> None:
+    """Forget the first words remembered (benchmarks measure the work, not the cache)."""
+    _FIRST_WORDS.clear()
+
+
 def first_word(form: tuple[str, ...]) -> int:
     """The position of the message's first word (the first token that starts with a letter, after a leading
     "qualified.name:" label), or -1."""
+    first = _FIRST_WORDS.get(form)
+    if first is None:
+        if len(_FIRST_WORDS) >= FIRST_WORDS_CACHE_SIZE:
+            _FIRST_WORDS.clear()
+        first = _FIRST_WORDS[form] = _first_word(form)
+    return first
+
+
+def _first_word(form: tuple[str, ...]) -> int:
     first = -1
     for position, token in enumerate(form):
         if token.lstrip()[:1].isalpha():
