@@ -5,6 +5,7 @@
     .venv/bin/python bench/grouping.py --loghub        # instead: grouping accuracy on the Loghub 2k datasets
     .venv/bin/python bench/grouping.py --loghub DIR    # the same on the Loghub 2k datasets in DIR
     .venv/bin/python bench/grouping.py --loghub DIR --show-errors   # also list the events grouped wrongly
+    .venv/bin/python bench/grouping.py --against REV   # only the speed: ours and git revision REV's, in turns
 
 Grouping accuracy: the share of messages whose pattern holds exactly the messages of their true cause.
 Group F1: a predicted group is right when it equals a true group; precision is the share of predicted groups
@@ -13,6 +14,11 @@ and held-out causes separately (each grouped on its own, as two independent stre
 Speed: fingerprinting plus template mining (which includes classifying each distinct template's failure reason)
 for the whole corpus in one process, CPU time of the best of several runs. No database is involved:
 `assign_patterns` adds a few queries per batch on top of this.
+
+A plain run also compares the speed with the grouping before the rules that generalise (BEFORE_GENERALISING, the
+throughput bar of issue 17 is 0.9 times it): both trees group this tree's corpus in separate processes, in turns,
+the best run of each counting. Instruction counts (valgrind's callgrind on the same rounds) say the same without
+the noise of a shared machine: docs/performance.md.
 
 Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes. With `--loghub`,
 `--show-errors` lists each dataset's wrongly grouped events: keep some datasets out of DIR while tuning and score
@@ -35,13 +41,18 @@ import argparse
 import csv
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# `--code DIR`: time the grouping of the code in DIR (another tree of this repository, as `--against` unpacks it)
+# on this tree's corpus.
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--code" in sys.argv[:-1] else ROOT
+sys.path.insert(0, str(CODE))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dlqconsole.settings")
 
 import django  # noqa: E402
@@ -52,6 +63,8 @@ from dlqconsole.deadletters.fingerprint import clear_caches, split_error_type  #
 from dlqconsole.deadletters.grouping.engine import Grouper, Pattern, group_lines  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "error_corpus.jsonl"
+# The grouping before the rules that generalise (docs/grouping.md): what a plain run compares its speed with.
+BEFORE_GENERALISING = "c74d891"
 
 
 def load() -> list[dict[str, str]]:
@@ -127,6 +140,34 @@ def speed(rows: list[dict[str, str]], rounds: int) -> float:
         group(rows, prepared)
         best = min(best, time.process_time() - started)
     return len(rows) / best
+
+
+def has_revision(reference: str) -> bool:
+    """Whether this tree is a git checkout that holds `reference` (a clone does; an unpacked archive does not)."""
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{reference}^{{commit}}"], capture_output=True, check=False
+    )
+    return found.returncode == 0
+
+
+def against(reference: str, rounds: int, runs: int) -> dict[str, float]:
+    """Messages per second of this tree's grouping and of the grouping at git revision `reference`, on this tree's
+    corpus, measured in turns (ours, theirs, ours, ...; `runs` each, the best counts) so that both see the same
+    machine; and their ratio."""
+    with tempfile.TemporaryDirectory(prefix="grouping-against-") as folder:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", reference], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        ours = theirs = 0.0
+        for _ in range(runs):
+            for code in (ROOT, Path(folder)):
+                command = [sys.executable, str(Path(__file__)), "--speed-only", "--rounds", str(rounds)]
+                result = subprocess.run([*command, "--code", str(code)], check=True, capture_output=True, text=True)
+                speed_of_run = float(result.stdout.strip())
+                if code == ROOT:
+                    ours = max(ours, speed_of_run)
+                else:
+                    theirs = max(theirs, speed_of_run)
+    return {"messages_per_second": ours, "reference_messages_per_second": theirs, "ratio": ours / theirs}
 
 
 def show_loghub_errors(name: str, rows: list[tuple[str, str]], patterns: list[Pattern]) -> None:
@@ -206,6 +247,16 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
     parser.add_argument(
+        "--against",
+        metavar="REVISION",
+        help="Only the speed: this tree's grouping and that of a git revision, in turns, and their ratio.",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="With --against: runs of each side, in turns (the best counts)."
+    )
+    parser.add_argument("--speed-only", action="store_true", help="Print only the messages per second.")
+    parser.add_argument("--code", type=Path, metavar="DIR", help="Time the grouping code in DIR (for --against).")
+    parser.add_argument(
         "--loghub",
         type=Path,
         nargs="?",
@@ -215,6 +266,21 @@ def main() -> None:
     )
     options = parser.parse_args()
 
+    if options.speed_only:
+        print(f"{speed(load(), options.rounds):.1f}")
+        return
+    if options.against:
+        # More rounds than a plain run: the best of 20 still moves by a few percent from run to run.
+        compared = against(options.against, max(options.rounds, 40), options.runs)
+        if options.json:
+            print(json.dumps(compared, indent=2))
+        else:
+            print(
+                f"speed: fingerprint + merge {compared['messages_per_second']:,.0f} msg/s, "
+                f"{options.against} {compared['reference_messages_per_second']:,.0f} msg/s "
+                f"(same corpus, in turns): ratio {compared['ratio']:.3f}"
+            )
+        return
     if options.loghub is not None:
         by_dataset = loghub(options.loghub, errors=options.show_errors)
         if options.json:
@@ -247,6 +313,13 @@ def main() -> None:
         if "messages_per_second" in numbers:
             line += f"\nspeed: fingerprint + merge {numbers['messages_per_second']:,.0f} msg/s"
         print(line)
+    if has_revision(BEFORE_GENERALISING):
+        compared = against(BEFORE_GENERALISING, max(options.rounds, 40), options.runs)
+        print(
+            f"speed before the rules that generalise ({BEFORE_GENERALISING}, same corpus, in turns): "
+            f"{compared['reference_messages_per_second']:,.0f} msg/s; ours {compared['messages_per_second']:,.0f} "
+            f"msg/s, ratio {compared['ratio']:.3f} (bar 0.9)"
+        )
     every = results.values()
     quality = all(numbers["accuracy"] >= 0.95 and numbers["group_f1"] >= 0.90 for numbers in every)
     fast = results["all"]["messages_per_second"] >= 20_000

@@ -119,6 +119,9 @@ FINGERPRINT_CACHE_SIZE = 20000
 _TEXT_CACHE: dict[str, tuple[str, ...]] = {}
 # Keys by (error type, template): most messages repeat a template, and a lookup is cheaper than a hash.
 _KEY_CACHE: dict[tuple[str, str], str] = {}
+# Trace scopes and the heads of trace templates by (error type, *frames): one place raises many traces.
+_SCOPE_CACHE: dict[tuple[str, ...], str] = {}
+_HEAD_CACHE: dict[tuple[str, ...], str] = {}
 
 
 class Fingerprint(NamedTuple):
@@ -139,8 +142,15 @@ TRACE_PREFIX = "trace "
 
 def trace_scope(error_type: str, frames: tuple[str, ...] | list[str]) -> str:
     """A digest of a stack trace's type and frames: the traces whose messages are mined together."""
-    text = "\x00".join([error_type, *frames])
-    return TRACE_PREFIX + hashlib.sha1(text.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()
+    cache_key = (error_type, *frames)
+    scope = _SCOPE_CACHE.get(cache_key)
+    if scope is None:
+        text = "\x00".join(cache_key)
+        scope = TRACE_PREFIX + hashlib.sha1(text.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()
+        if len(_SCOPE_CACHE) >= TOKEN_CACHE_SIZE:
+            _SCOPE_CACHE.clear()
+        _SCOPE_CACHE[cache_key] = scope
+    return scope
 
 
 def pattern_key(*, error_type: str, template: str) -> str:
@@ -290,13 +300,7 @@ def _tokenize_masked(text: str) -> tuple[str, ...]:
         repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1 and not DIGIT.search(value)]
         if repeated:
             _refer_to_quoted(raw, tokens, repeated)
-    # A port kept is a number after ":" or ",": list scans in C rule most texts out before the text is read.
-    if (
-        (":" in raw or "," in raw)
-        and (" <NUM>" in tokens or "<NUM>" in tokens)
-        and (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text))
-        and _connection_failed(text)
-    ):
+    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and _connection_failed(text):
         _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
@@ -505,9 +509,7 @@ def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, 
     causes ("customer_email ... is not a valid e-mail address", "quantity must be positive"): the message keeps them
     apart. A quoted value is a value there (the pattern holds every field or key the place names); a message of
     values only ("KeyError: 'SPRING'") adds nothing to what the type says."""
-    short_type = NAME_PARTS.split(found.error_type)[-1] if found.error_type else "Error"
-    path = " → ".join(_short_frame(frame) for frame in reversed(found.frames))
-    head = f"{short_type} at {path}"
+    head = _trace_head(found.error_type, found.frames)
     first_line = message.strip().split("\n", 1)[0]
     error_type, rest = split_error_type(first_line)
     tokens = [
@@ -519,6 +521,18 @@ def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, 
     if not tokens[0].startswith(" "):
         tokens[0] = " " + tokens[0]
     return (head, ":", *tokens)
+
+
+def _trace_head(error_type: str, frames: tuple[str, ...]) -> str:
+    cache_key = (error_type, *frames)
+    head = _HEAD_CACHE.get(cache_key)
+    if head is None:
+        short_type = NAME_PARTS.split(error_type)[-1] if error_type else "Error"
+        head = f"{short_type} at {' → '.join(_short_frame(frame) for frame in reversed(frames))}"
+        if len(_HEAD_CACHE) >= TOKEN_CACHE_SIZE:
+            _HEAD_CACHE.clear()
+        _HEAD_CACHE[cache_key] = head
+    return head
 
 
 def _is_quoted(token: str) -> bool:
@@ -547,6 +561,8 @@ def clear_caches() -> None:
     _TOKEN_CACHE.clear()
     _TEXT_CACHE.clear()
     _KEY_CACHE.clear()
+    _SCOPE_CACHE.clear()
+    _HEAD_CACHE.clear()
     stacktrace.clear_cache()
     clear_classify_cache()
     clear_vocabulary_cache()

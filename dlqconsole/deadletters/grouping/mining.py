@@ -318,6 +318,10 @@ def generalize_all(templates: Iterable[tuple[str, ...]]) -> dict[tuple[str, ...]
     """
     raw = set(templates)
     # An address the message opens with is a value from the start (vocabulary.address_label).
+    if len(raw) == 1:
+        # Alone in its cluster (as many templates are), a template is its own group.
+        template = raw.pop()
+        return {template: _unlabel(template)}
     unlabelled = {template: _unlabel(template) for template in raw}
     if any(template is not plain for template, plain in unlabelled.items()):
         grouped = _generalize_all(set(unlabelled.values()))
