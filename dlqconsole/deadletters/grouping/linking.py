@@ -81,10 +81,14 @@ def _quoted(run: tuple[str, ...]) -> bool:
 
 
 def _run_is_value(
-    short: tuple[str, ...], long: tuple[str, ...], prefix: int, suffix: int, varying: tuple[bool, bool]
+    short: tuple[str, ...],
+    long: tuple[str, ...],
+    prefix: int,
+    suffix: int,
+    forms: dict[tuple[str, ...], tuple[str, ...]],
 ) -> bool:
     """Whether the runs short[prefix:len-suffix] and long[prefix:len-suffix] are one value printed two ways.
-    `varying` says, for each, whether mining made its whole run wildcards (a slot known to vary)."""
+    `forms`: what mining made of each template (a run it made all wildcards is a slot known to vary)."""
     mine = short[prefix : len(short) - suffix]
     theirs = long[prefix : len(long) - suffix]
     if len(mine) > MAX_RUN_TOKENS or len(theirs) > MAX_RUN_TOKENS:
@@ -94,8 +98,7 @@ def _run_is_value(
         first = first_word(form)
         if prefix <= first < len(form) - suffix:
             return False
-    shared = short[:prefix] + short[len(short) - suffix :]
-    if sum(1 for token in shared if lower_word(token)) < MIN_SHARED_WORDS:
+    if not _shares_words(short, prefix, suffix):
         return False
     if _loose(short, prefix, len(short) - suffix) and _loose(long, prefix, len(long) - suffix):
         # Of equal lengths, the runs are data printed two ways ("<NUM>:<NUM>" / "<<NUM> sec"): mining compares
@@ -111,6 +114,10 @@ def _run_is_value(
         return True
     if len(mine) > MAX_VALUE_TOKENS or len(theirs) > MAX_VALUE_TOKENS:
         return False
+    varying = (
+        _all_wildcards(forms[short][prefix : len(short) - suffix]),
+        _all_wildcards(forms[long][prefix : len(long) - suffix]),
+    )
     if (varying[0] and (_is_value(theirs) or _quoted(theirs))) or (varying[1] and (_is_value(mine) or _quoted(mine))):
         # A slot already known to vary takes a value of any length.
         return True
@@ -130,11 +137,23 @@ def linked(first: tuple[str, ...], second: tuple[str, ...], forms: dict[tuple[st
     suffix = 0
     while suffix < limit - prefix and short[-1 - suffix] == long[-1 - suffix]:
         suffix += 1
-    varying = (
-        all(is_wildcard(token) for token in forms[short][prefix : len(short) - suffix]),
-        all(is_wildcard(token) for token in forms[long][prefix : len(long) - suffix]),
-    )
-    return _run_is_value(short, long, prefix, suffix, varying)
+    return _run_is_value(short, long, prefix, suffix, forms)
+
+
+def _shares_words(short: tuple[str, ...], prefix: int, suffix: int) -> bool:
+    """Whether MIN_SHARED_WORDS words (tokens that start with a letter, as `lower_word` reads them) stand outside
+    the run short[prefix:len-suffix]."""
+    words = 0
+    for token in short[:prefix] + short[len(short) - suffix :]:
+        if token.strip()[:1].isalpha():
+            words += 1
+            if words >= MIN_SHARED_WORDS:
+                return True
+    return False
+
+
+def _all_wildcards(run: tuple[str, ...]) -> bool:
+    return all(is_wildcard(token) for token in run)
 
 
 def same_remainder(templates: list[tuple[str, ...]]) -> Iterable[list[tuple[int, bool]]]:
