@@ -166,11 +166,34 @@ class RoleFormMixin(forms.ModelForm):
 
 
 class UserRoleChangeForm(RoleFormMixin, UserChangeForm):
-    pass
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or self.cleaned_data
+        user = self.instance
+        active = cleaned.get("is_active", user.is_active)
+        stays_admin = active and (user.is_superuser or cleaned.get("role") == ADMIN)
+        if not stays_admin and user.pk is not None and _is_active_admin(user) and not _other_admins(user).exists():
+            raise forms.ValidationError(
+                f"{user.get_username()} is the last active admin: make another user an admin first, or nobody could "
+                "manage users and configuration any more."
+            )
+        return cleaned
 
 
 class UserRoleCreationForm(RoleFormMixin, AdminUserCreationForm):
     pass
+
+
+def _admins() -> QuerySet[User]:
+    """Active users who hold the admin role (superusers hold every role)."""
+    return User.objects.filter(Q(is_superuser=True) | Q(groups__name=ADMIN), is_active=True).distinct()
+
+
+def _is_active_admin(user: User) -> bool:
+    return _admins().filter(pk=user.pk).exists()
+
+
+def _other_admins(*users: User) -> QuerySet[User]:
+    return _admins().exclude(pk__in=[user.pk for user in users])
 
 
 class RoleListFilter(admin.SimpleListFilter):
@@ -226,6 +249,16 @@ class UserAdmin(AuditedModelAdmin[User], DjangoUserAdmin):  # type: ignore[misc]
         super().save_related(request, form, formsets, change)
         if "role" in form.changed_data:
             set_role(user=form.instance, role=form.cleaned_data["role"])
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, Any, list[Any]]:
+        """Deleting the last active admins is refused like deleting a protected object: the confirmation page says
+        why and offers no button."""
+        deleted, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
+        users = list(objs)
+        admins = [user for user in users if _is_active_admin(user)]
+        if admins and not _other_admins(*users).exists():
+            protected = [*protected, *(f"{user.get_username()}: the last active admin" for user in admins)]
+        return deleted, model_count, perms_needed, protected
 
 
 @admin.register(Group)

@@ -129,3 +129,50 @@ def test_an_operator_cannot_give_themselves_a_role(operator: User) -> None:
     assert change(client_for(operator), operator, role="admin") == 403
 
     assert role_of(reloaded(operator)) == "operator"
+
+
+def test_the_last_active_admin_cannot_be_demoted_or_deactivated(admin_user: User, viewer: User) -> None:
+    client = client_for(admin_user)
+
+    demoted = client.post(
+        reverse("admin:auth_user_change", args=[admin_user.pk]),
+        {"username": admin_user.username, "is_active": "on", **JOINED, "role": "operator"},
+    )
+    deactivated = client.post(
+        reverse("admin:auth_user_change", args=[admin_user.pk]),
+        {"username": admin_user.username, **JOINED, "role": "admin"},
+    )
+
+    for response in (demoted, deactivated):
+        assert response.status_code == 200
+        assert "is the last active admin" in response.content.decode()
+    admin_user.refresh_from_db()
+    assert admin_user.is_active and role_of(reloaded(admin_user)) == "admin"
+    assert not AuditEntry.objects.filter(action="admin.auth.user.change").exists()
+
+
+def test_an_admin_can_be_demoted_once_another_is_active(admin_user: User, viewer: User) -> None:
+    client = client_for(admin_user)
+    assert change(client, viewer, role="admin") == 302
+
+    assert change(client, admin_user, role="operator") == 302
+
+    assert role_of(reloaded(admin_user)) == "operator"
+
+
+def test_deleting_the_last_active_admin_is_refused(admin_user: User, viewer: User) -> None:
+    root = User.objects.create_superuser("root", password="pw-root", is_active=False)
+    client = client_for(admin_user)
+    url = reverse("admin:auth_user_delete", args=[admin_user.pk])
+
+    page = client.get(url).content.decode()
+    response = client.post(url, {"post": "yes"})
+
+    assert "the last active admin" in page
+    assert response.status_code == 200 and "the last active admin" in response.content.decode()
+    assert User.objects.filter(pk=admin_user.pk).exists()
+    # With another active admin, the same delete goes through.
+    root.is_active = True
+    root.save()
+    assert client.post(url, {"post": "yes"}).status_code == 302
+    assert not User.objects.filter(pk=admin_user.pk).exists()
