@@ -9,6 +9,7 @@ different places in the application gets two.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -207,23 +208,15 @@ def _frames_after_at(text: str, error_type: str) -> TraceSignature | None:
     return None
 
 
-# Frames by qualified method: a service's traces repeat the same library and application frames.
-_JVM_FRAMES: dict[str, str] = {}
-JVM_FRAMES_CACHE_SIZE = 20000
-
-
 def clear_cache() -> None:
     """Forget the frames remembered (benchmarks measure the work, not the cache)."""
-    _JVM_FRAMES.clear()
+    _jvm_frame.cache_clear()
 
 
+# Remembered: a service's traces repeat the same library and application frames.
+@functools.lru_cache(maxsize=20000)
 def _jvm_frame(qualified: str) -> str:
-    frame = _JVM_FRAMES.get(qualified)
-    if frame is None:
-        if len(_JVM_FRAMES) >= JVM_FRAMES_CACHE_SIZE:
-            _JVM_FRAMES.clear()
-        frame = _JVM_FRAMES[qualified] = _read_jvm_frame(qualified)
-    return frame
+    return _read_jvm_frame(qualified)
 
 
 def _read_jvm_frame(qualified: str) -> str:

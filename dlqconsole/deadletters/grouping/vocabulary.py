@@ -5,6 +5,7 @@ word shapes that decide how much evidence a varying slot needs (grouping.mining,
 
 from __future__ import annotations
 
+import functools
 import re
 
 WILDCARD = "<*>"
@@ -68,25 +69,17 @@ LABEL = re.compile(r"[A-Za-z][\w-]*(?:\.[\w-]+)+")
 CLASS_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+")
 
 
-# Each form's first word, remembered: mining asks for it at every slot of a form, linking for every pair.
-_FIRST_WORDS: dict[tuple[str, ...], int] = {}
-FIRST_WORDS_CACHE_SIZE = 20000
-
-
 def clear_cache() -> None:
     """Forget the first words remembered (benchmarks measure the work, not the cache)."""
-    _FIRST_WORDS.clear()
+    first_word.cache_clear()
 
 
+# Remembered: mining asks for a form's first word at every slot of it, linking for every pair of templates.
+@functools.lru_cache(maxsize=20000)
 def first_word(form: tuple[str, ...]) -> int:
     """The position of the message's first word (the first token that starts with a letter, after a leading
     "qualified.name:" label), or -1."""
-    first = _FIRST_WORDS.get(form)
-    if first is None:
-        if len(_FIRST_WORDS) >= FIRST_WORDS_CACHE_SIZE:
-            _FIRST_WORDS.clear()
-        first = _FIRST_WORDS[form] = _first_word(form)
-    return first
+    return _first_word(form)
 
 
 def _first_word(form: tuple[str, ...]) -> int:
