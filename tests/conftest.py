@@ -52,6 +52,13 @@ def _pinned_clock(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fast_password_hasher(settings: Any) -> None:
+    """Users the tests make get their passwords hashed with MD5, in microseconds: PBKDF2 takes a quarter of a second
+    a user, and the suite makes hundreds. PBKDF2 still checks the passwords that commands the tests run hashed."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+@pytest.fixture(autouse=True)
 def _one_consumer_process(settings: Any) -> None:
     """consume_dlq called in the test process runs its consumer in that process (forking pytest would copy its
     database connections); consume_dlq started as a subprocess keeps its default, several processes."""

@@ -1,6 +1,5 @@
 """Sign-in tests count failures in a cache of their own: the shared Redis keeps counts for 15 minutes, and a run's
-wrong passwords must not lock a later run (or the browser tests) out. Passwords are hashed with a fast hasher:
-these tests sign in with a password dozens of times."""
+wrong passwords must not lock a later run (or the browser tests) out."""
 
 from __future__ import annotations
 
@@ -16,7 +15,3 @@ def _local_cache(settings: Any) -> None:
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": uuid.uuid4().hex}
     }
 
-
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
