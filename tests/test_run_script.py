@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parent.parent
 PRINT_ENV = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))\n"
 SHOW = "from django.conf import settings; print(settings.DLQ_CONSOLE_URL, settings.DEFAULT_FROM_EMAIL, sep='|')"
@@ -146,8 +148,10 @@ def test_make_run_leaves_its_settings_for_later_commands_readable_by_its_user_on
     assert written["DLQ_CONSOLE_URL"] == "http://127.0.0.1:9000" and written["SECRET_KEY"] == env["SECRET_KEY"]
     assert written["REDIS_URL"] == env["REDIS_URL"] and written["CELERY_BROKER_URL"] == env["CELERY_BROKER_URL"]
     assert written["BIND"] == "127.0.0.1"
-    # What the shell set is the shell's to set again (the harness sets DATABASE_URL).
-    assert "PORT" not in written and "DATABASE_URL" not in written
+    # Where the data is, whoever set it (the harness's shell sets DATABASE_URL): the next shell has lost it. Other
+    # settings of the shell are the shell's to set again.
+    assert written["DATABASE_URL"] == "sqlite:///unused.sqlite3"
+    assert "PORT" not in written
     assert stat.S_IMODE(run_file.stat().st_mode) == 0o600
 
 
@@ -168,3 +172,38 @@ def test_the_make_run_file_goes_where_manage_py_finds_it_and_gives_it_what_make_
     )
 
     assert shown.stdout.splitlines()[-1] == "http://127.0.0.1:8043|DLQ console <dlq@example.com>", shown.stderr
+
+
+def test_a_postgresql_database_that_does_not_exist_yet_is_made_and_one_out_of_reach_stops_with_one_line(
+    tmp_path: Path,
+) -> None:
+    root = checkout(tmp_path, b"")
+    name = f"dlq_run_made_{os.getpid()}"
+    server = "postgres://postgres@127.0.0.1:5432"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    try:
+        made = run(root, DATABASE_URL=f"{server}/{name}")
+        again = run(root, DATABASE_URL=f"{server}/{name}")
+        with psycopg.connect(f"{server}/postgres") as connection:
+            exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    unreachable = run(root, DATABASE_URL="postgres://postgres@127.0.0.1:1/dlqconsole")
+
+    assert started_with(made)["DATABASE_URL"] == f"{server}/{name}" and exists == (1,)
+    assert f"Made the database {name}" in made.stdout
+    assert "Made the database" not in started_with_output(again)
+    assert unreachable.returncode != 0
+    assert (
+        unreachable.stderr.strip()
+        .splitlines()[-1]
+        .startswith("make run: cannot reach the database DATABASE_URL names:")
+    )
+    assert "Traceback" not in unreachable.stderr and "migrate" not in unreachable.stdout
+
+
+def started_with_output(result: subprocess.CompletedProcess[str]) -> str:
+    started_with(result)
+    return result.stdout
