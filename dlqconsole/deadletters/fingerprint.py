@@ -137,6 +137,29 @@ class Fingerprint(NamedTuple):
     scope: str = ""
 
 
+# Keys whose value names what failed, not data: the host that refused, the table or constraint that said no
+# (grouping.mining never lets their values vary). The value of any other key ("tag=View Lock", "name=android") is
+# data, like a number.
+DEPENDENCY_KEYS = frozenset(
+    [
+        "host",
+        "hostname",
+        "server",
+        "addr",
+        "address",
+        "endpoint",
+        "url",
+        "uri",
+        "service",
+        "database",
+        "db",
+        "dsn",
+        "port",
+        "table",
+        "constraint",
+        "index",
+    ]
+)
 TRACE_PREFIX = "trace "
 
 
@@ -300,7 +323,7 @@ def _tokenize_masked(text: str) -> tuple[str, ...]:
         repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1 and not DIGIT.search(value)]
         if repeated:
             _refer_to_quoted(raw, tokens, repeated)
-    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and _connection_failed(text):
+    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and connection_failed(text):
         _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
@@ -349,7 +372,7 @@ PORT_AFTER_COLON = re.compile(r": ?\d")
 PORT_AFTER_COMMA = re.compile(r", ?\d")
 
 
-def _connection_failed(text: str) -> bool:
+def connection_failed(text: str) -> bool:
     """Whether the text says a connection failed: refused, timed out, reset, unreachable."""
     # One substring test after another: a regular expression of alternatives tries each at every position, and a
     # generator over a tuple costs as much again.
@@ -512,9 +535,12 @@ def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, 
     head = _trace_head(found.error_type, found.frames)
     first_line = message.strip().split("\n", 1)[0]
     error_type, rest = split_error_type(first_line)
+    masked = tokenize(rest if error_type else first_line)
     tokens = [
-        (" " + WILDCARD if token.startswith(" ") else WILDCARD) if token[-1] in QUOTES and _is_quoted(token) else token
-        for token in tokenize(rest if error_type else first_line)
+        (" " + WILDCARD if token.startswith(" ") else WILDCARD)
+        if token[-1] in QUOTES and _is_quoted(token) and not _names_dependency(masked, position)
+        else token
+        for position, token in enumerate(masked)
     ]
     if not tokens or not WORD.search(MASKED.sub("", "".join(tokens))):
         return (head,)
@@ -533,6 +559,14 @@ def _trace_head(error_type: str, frames: tuple[str, ...]) -> str:
             _HEAD_CACHE.clear()
         _HEAD_CACHE[cache_key] = head
     return head
+
+
+def _names_dependency(tokens: tuple[str, ...], position: int) -> bool:
+    """Whether the token follows a key whose value names what failed ("host='fraud-check.internal'")."""
+    index = position - 1
+    while index >= 0 and tokens[index].strip() in ("=", ":"):
+        index -= 1
+    return index >= 0 and tokens[index].strip().lower() in DEPENDENCY_KEYS
 
 
 def _is_quoted(token: str) -> bool:

@@ -88,7 +88,35 @@ APART = {
         "HTTPConnectionPool(host='search.internal', port=80): Max retries exceeded (Connection refused)",
         "HTTPConnectionPool(host='tax.internal', port=80): Max retries exceeded (Connection refused)",
     ],
+    "the host of a key that names the dependency, however many": [
+        f"HTTPSConnectionPool(host='{host}', port=443): Read timed out. (read timeout=3)"
+        for host in (
+            "fraud.internal",
+            "stock.internal",
+            "tax.internal",
+            "geo.internal",
+            "mail.internal",
+            "crm.internal",
+        )
+    ],
+    "the host of a URL that timed out, however many": [
+        f"Read timed out after 3000 ms calling https://{host}/v2/captures/P-1"
+        for host in (
+            "fraud.internal",
+            "stock.internal",
+            "tax.internal",
+            "geo.internal",
+            "mail.internal",
+            "crm.internal",
+        )
+    ],
 }
+
+PYTHON_TRACE = """Traceback (most recent call last):
+  File "/app/shop/payments/capture.py", line 41, in capture
+    response = session.post(url, json=body, timeout=3)
+requests.exceptions.ReadTimeout: {message}
+"""
 
 
 @pytest.mark.parametrize("kind", sorted(ONE_PATTERN))
@@ -161,3 +189,26 @@ def test_a_go_panic_is_grouped_by_its_frames_and_its_masked_message() -> None:
     assert patterns[keys[0]].template.startswith("panic at ")
     assert patterns[keys[0]].template.endswith(": panic: shipment <UUID>: weight_grams must be greater than zero")
     assert fingerprint(error_type="", message="", stack_trace=GO_PANIC.format(id="1", message="x")).kind == "trace"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "HTTPSConnectionPool(host='{host}', port=443): Read timed out. (read timeout=3)",
+        "Read timed out after 3000 ms calling https://{host}/v2/captures/P-1",
+    ],
+)
+def test_timeouts_raised_at_one_place_keep_the_service_they_name(message: str) -> None:
+    # Where a trace's message holds a quoted value, it is a value (any key or field the place names) unless it is the
+    # value of a key that names the dependency; a URL keeps its host in a failed connection.
+    grouper = Grouper()
+    hosts = ("fraud.internal", "stock.internal", "tax.internal", "geo.internal", "mail.internal", "crm.internal")
+    keys = [
+        grouper.add(error_type="", message="", stack_trace=PYTHON_TRACE.format(message=message.format(host=host)))
+        for host in (*hosts, hosts[0])
+    ]
+    patterns = grouper.patterns()
+
+    assert len({patterns[key].key for key in keys}) == len(hosts)
+    assert patterns[keys[0]].key == patterns[keys[-1]].key
+    assert "fraud.internal" in patterns[keys[0]].template

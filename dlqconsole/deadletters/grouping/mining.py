@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 
+from dlqconsole.deadletters.fingerprint import DEPENDENCY_KEYS, connection_failed
 from dlqconsole.deadletters.grouping.linking import Shapes, linked, one_run_apart, same_remainder
 from dlqconsole.deadletters.grouping.vocabulary import (
     ENTITY_NOUNS,
@@ -38,28 +39,6 @@ from dlqconsole.deadletters.grouping.vocabulary import (
 
 PLAIN_VALUES = 3
 ENUM_VALUES = 5
-# Keys whose value names what failed, not data: the host that refused, the table or constraint that said no. The
-# value of any other key ("tag=View Lock", "name=android") is data, like a number.
-DEPENDENCY_KEYS = frozenset(
-    [
-        "host",
-        "hostname",
-        "server",
-        "addr",
-        "address",
-        "endpoint",
-        "url",
-        "uri",
-        "service",
-        "database",
-        "db",
-        "dsn",
-        "port",
-        "table",
-        "constraint",
-        "index",
-    ]
-)
 # Literal values a program prints for a flag or an empty field ("ret:false", "ws=null"): data, like a number.
 LITERALS = frozenset({"true", "false", "null", "none", "nil", "undefined"})
 MAX_ROUNDS = 8
@@ -112,15 +91,22 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         # Masking turns numbers into <NUM> except those that name the cause (an HTTP status, the port of a failed
         # connection): they never vary.
         return False
+    if any("://" in value for value in stripped) and connection_failed("".join(form)):
+        # A connection that failed keeps the service it names: the host of a URL (masking keeps it) included.
+        return False
     data = any(is_data(value) for value in values)
     if not data and position == first_word(form):
         # The first word of a message is its own wording ("boot (command 12)", "halt (command 12)"), never a
         # name: only masked data varies there.
         return False
+    before = word_before(form, position)
+    if not data and before in DEPENDENCY_KEYS:
+        # What a key that names the dependency holds ("host='fraud-check.internal'", "table=orders") is what failed:
+        # another one is another cause, however many there are.
+        return False
     if len(values) >= ENUM_VALUES:
         # As many values as the most demanding slot needs: the tests below cannot ask for more.
         return True
-    before = word_before(form, position)
     after = word_after(form, position)
     if not data and all(PARTICIPLE.fullmatch(value) for value in stripped):
         # Words that say what happened are different events even after a noun that names a thing: "Instance
@@ -136,10 +122,8 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         or (_after_data(form, position) and all(value.isalpha() for value in stripped))
     ):
         needed = 2
-    elif (
-        (before in ENUM_NOUNS and not all(_quoted(value) and "." in value for value in values))
-        or before in DEPENDENCY_KEYS
-        or all(lower_word(value) in ENTITY_NOUNS for value in values)
+    elif (before in ENUM_NOUNS and not all(_quoted(value) and "." in value for value in values)) or all(
+        lower_word(value) in ENTITY_NOUNS for value in values
     ):
         # Also when the values are themselves kinds of things ("user", "tenant", "queue"): they are the message's
         # subject, not data.
