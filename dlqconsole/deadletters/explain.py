@@ -18,6 +18,7 @@ from django.db.models.functions import Substr
 
 from dlqconsole.deadletters import stacktrace
 from dlqconsole.deadletters.fingerprint import fingerprint as mask
+from dlqconsole.deadletters.fingerprint import trace_message_tokens
 from dlqconsole.deadletters.grouping.vocabulary import WILDCARD
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, Fingerprint, FingerprintKind
 
@@ -80,14 +81,15 @@ def explain(pattern: FailurePattern) -> Inside:
     # A stack trace's signature (or a rule) can hold several causes raised at one place: their messages tell them
     # apart, masked as ingest masks a message without a trace.
     others = {fingerprint.key for fingerprint in fingerprints if fingerprint.kind != FingerprintKind.TEXT}
-    by_template.update(_masked_messages([pk for pk, key in latest if key in others][:MESSAGE_SAMPLE]))
+    masked, messages = _masked_messages([pk for pk, key in latest if key in others][:MESSAGE_SAMPLE])
+    by_template.update(masked)
     templates = [TemplateCount(template, count) for template, count in _commonest(by_template)]
     call_sites, traces_read = _call_sites([pk for pk, _ in latest[:TRACE_SAMPLE]])
     return Inside(
         sampled=len(latest),
         templates=templates[:SHOWN_TEMPLATES],
         template_count=len(templates),
-        slots=_slots(pattern, fingerprints, by_key),
+        slots=_slots(pattern, fingerprints, by_key, messages),
         call_sites=call_sites,
         traces_read=traces_read,
     )
@@ -107,16 +109,28 @@ def _latest(pattern: FailurePattern) -> list[tuple[int, str]]:
     return rows[:SAMPLE]
 
 
-def _masked_messages(ids: list[int]) -> Counter[str]:
+def _masked_messages(ids: list[int]) -> tuple[Counter[str], dict[str, list[tuple[str, ...]]]]:
+    """The masked templates of these dead letters' messages, counted; and by fingerprint, each message's tokens as a
+    stack-trace fingerprint reads them before its quoted values become `<*>` (the values of those slots)."""
     rows = (
         DeadLetter.objects.filter(pk__in=ids)
         .annotate(head=Substr("error_message", 1, 2000))
-        .values_list("error_type", "head")
+        .values_list("fingerprint", "error_type", "head")
     )
-    return Counter(mask(error_type=error_type, message=message).template for error_type, message in rows)
+    templates: Counter[str] = Counter()
+    messages: dict[str, list[tuple[str, ...]]] = {}
+    for key, error_type, message in rows:
+        templates[mask(error_type=error_type, message=message).template] += 1
+        messages.setdefault(key, []).append(trace_message_tokens(message))
+    return templates, messages
 
 
-def _slots(pattern: FailurePattern, fingerprints: list[Fingerprint], weight: Counter[str]) -> list[Slot]:
+def _slots(
+    pattern: FailurePattern,
+    fingerprints: list[Fingerprint],
+    weight: Counter[str],
+    messages: dict[str, list[tuple[str, ...]]],
+) -> list[Slot]:
     tokens = pattern.tokens if isinstance(pattern.tokens, list) else []
     positions = [index for index, token in enumerate(tokens) if isinstance(token, str) and token.endswith(WILDCARD)]
     if not positions:
@@ -131,6 +145,12 @@ def _slots(pattern: FailurePattern, fingerprints: list[Fingerprint], weight: Cou
             value = str(fingerprint.tokens[position]).strip()
             if value and value != WILDCARD:
                 counter[value] += weight[fingerprint.key]
+            elif value == WILDCARD and position >= 2 and fingerprint.kind == FingerprintKind.TRACE:
+                # A stack trace's message holds its quoted values as <*> from the start: read them off the messages
+                # (its tokens follow the type and frames and a ":").
+                for message in messages.get(fingerprint.key, ()):
+                    if len(message) + 2 == len(tokens) and message[position - 2].strip():
+                        counter[message[position - 2].strip()] += 1
     return [
         Slot(
             number=number,

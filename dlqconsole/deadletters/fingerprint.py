@@ -533,9 +533,7 @@ def _trace_tokens(found: stacktrace.TraceSignature, message: str) -> tuple[str, 
     apart. A quoted value is a value there (the pattern holds every field or key the place names); a message of
     values only ("KeyError: 'SPRING'") adds nothing to what the type says."""
     head = _trace_head(found.error_type, found.frames)
-    first_line = message.strip().split("\n", 1)[0]
-    error_type, rest = split_error_type(first_line)
-    masked = tokenize(rest if error_type else first_line)
+    masked = trace_message_tokens(message)
     tokens = [
         (" " + WILDCARD if token.startswith(" ") else WILDCARD)
         if token[-1] in QUOTES and _is_quoted(token) and not _names_dependency(masked, position)
@@ -559,6 +557,14 @@ def _trace_head(error_type: str, frames: tuple[str, ...]) -> str:
             _HEAD_CACHE.clear()
         _HEAD_CACHE[cache_key] = head
     return head
+
+
+def trace_message_tokens(message: str) -> tuple[str, ...]:
+    """The masked tokens of a stack trace's message as its fingerprint reads them (its first line, without the type
+    it opens with), before its quoted values become `<*>`."""
+    first_line = message.strip().split("\n", 1)[0]
+    error_type, rest = split_error_type(first_line)
+    return tokenize(rest if error_type else first_line)
 
 
 def _names_dependency(tokens: tuple[str, ...], position: int) -> bool:

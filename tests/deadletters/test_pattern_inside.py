@@ -164,3 +164,22 @@ def test_an_htmx_refresh_of_the_summary_does_not_read_what_the_pattern_holds(
     assert summary.status_code == 200
     assert 'id="pattern-summary"' in summary.content.decode()
     assert 'id="inside"' not in summary.content.decode()
+
+
+def test_the_quoted_values_of_a_stack_traces_message_are_shown_where_its_pattern_varies(ingest: Ingest) -> None:
+    # A stack trace's message holds quoted values as <*> from the start: the values come from the messages.
+    trace = TRACE.format(task="apply", function="rate")
+    rows = ingest(
+        *[
+            {"message": f"unknown discount code '{code}' for region EU", "error_type": "KeyError", "stack_trace": trace}
+            for code in ("SPRING", "SPRING", "SUMMER", "WINTER")
+        ]
+    )
+    pattern = FailurePattern.objects.get(pk=rows[0].pattern_id)
+    assert {row.pattern_id for row in rows} == {pattern.pk} and "<*>" in pattern.template
+
+    inside = explain(pattern)
+
+    assert [(slot.number, slot.distinct, slot.values) for slot in inside.slots] == [
+        (1, 3, ("'SPRING'", "'SUMMER'", "'WINTER'"))
+    ]
