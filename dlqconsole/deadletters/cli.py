@@ -1,18 +1,4 @@
-"""`dlq fingerprint`, `dlq report failure-patterns` and `dlq regroup`.
-
-`dlq fingerprint` reads every line of stdin first, then groups them all together (masking, stack-trace-free
-text fingerprints, template mining over the whole set), then prints one `<pattern key>\\t<template>` line per
-input line, in input order. The keys are those ingest would give the same messages in an empty database, in
-any order and in any number of consumers. Without `--save` it never touches the database; with `--save` the
-lines are filed through the database as ingest files dead letters (custom rules, merges and splits apply, and
-the fingerprints and patterns are stored), and the printed keys are the database's.
-
-With `--records`, each line of stdin is a JSON object, `{"message": ..., "error_type": ..., "stack_trace": ...,
-"headers": {...}}` (all but "message" optional), so that multi-line messages and stack traces are grouped exactly
-as ingest groups a dead letter with those headers: the type read from the front of the message when none is
-given, as ingest reads it, and the headers matched by custom rules (with `--save`). Empty lines are skipped; a line
-that is no such object stops the command with its line number, before anything is filed.
-
+"""`dlq fingerprint`, `dlq report failure-patterns` and `dlq regroup`: FINGERPRINT_HELP says what the first does.
 `dlq regroup` merges the stored patterns that the current grouping rules make one (see deadletters/regroup.py);
 `--dry-run` prints what it would merge and changes nothing.
 """
@@ -38,12 +24,27 @@ from dlqconsole.deadletters.grouping.engine import Grouper, group_lines
 from dlqconsole.deadletters.models import DeadLetterCount, DeathReason, FailurePattern, PatternStatus
 from dlqconsole.deadletters.regroup import MergeGroup, MergeOutcome, apply_regroup, plan_regroup
 
+FINGERPRINT_HELP = """`dlq fingerprint` reads every line of stdin first, then groups them all together (masking,
+stack-trace-free text fingerprints, template mining over the whole set), then prints one `<pattern key>\\t<template>`
+line per input line, in input order. The keys are those ingest would give the same messages in an empty database, in
+any order and in any number of consumers. Without `--save` it never touches the database; with `--save` the
+lines are filed through the database as ingest files dead letters (custom rules, merges and splits apply, and
+the fingerprints and patterns are stored), and the printed keys are the database's.
+
+With `--records`, each line of stdin is a JSON object, `{"message": ..., "error_type": ..., "stack_trace": ...,
+"headers": {...}}` (all but "message" optional), so that multi-line messages and stack traces are grouped exactly
+as ingest groups a dead letter with those headers: the type read from the front of the message when none is
+given, as ingest reads it, and the headers matched by custom rules (with `--save`). Empty lines are skipped; a line
+that is no such object stops the command with its line number, before anything is filed.
+"""
+
 
 def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     parser = subcommands.add_parser(
         "fingerprint",
-        help="Read error messages from stdin (one per line), print '<pattern key>\\t<template>' for each.",
-        description=__doc__,
+        help="Read error messages from stdin (one per line, or JSON records with --records), print "
+        "'<pattern key>\\t<template>' for each.",
+        description=FINGERPRINT_HELP,
     )
     parser.add_argument(
         "--save", action="store_true", help="File the lines through the database as ingest would, and store them."
@@ -70,7 +71,9 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
         "of the stored texts under the patterns that hold them.",
     )
     regroup.add_argument("--dry-run", action="store_true", help="show what would be merged; change nothing")
-    regroup.add_argument("--user", default="", help="the account to act as in the history and audit log")
+    regroup.add_argument(
+        "--user", default="", help="the account to act as in the history and audit log (default: none, the system)"
+    )
     regroup.set_defaults(handler=run_regroup)
 
 
@@ -155,7 +158,9 @@ def _read_records(lines: list[str]) -> list[_Line]:
             raise CommandError(f"line {number}: not JSON ({error})") from None
         if not isinstance(record, dict):
             raise CommandError(f"line {number}: a JSON object is needed, not {type(record).__name__}")
-        message = record.get("message")
+        if "message" not in record:
+            raise CommandError(f'line {number}: no "message" (every record needs one; the other keys are optional)')
+        message = record["message"]
         if not isinstance(message, str):
             raise CommandError(f'line {number}: "message" must be text')
         texts = {name: record.get(name) or "" for name in ("error_type", "stack_trace")}
@@ -323,8 +328,12 @@ def _write_group(command: BaseCommand, group: MergeGroup, *, outcome: MergeOutco
     elif outcome.skipped:
         head = f"Skipped, {outcome.skipped}: {head})"
     else:
-        head = f"Merged into {head}, {outcome.moved:,} moved in)"
+        head = f"Merged into {head} before, {outcome.moved:,} moved in)"
     write = command.stdout.write
-    write(f"{head}: {survivor.template[:100]}")
+    write(f"{head}: {_shortened(survivor.template)}")
     for pattern in group.absorbed:
-        write(f"  #{pattern.id} ({_many(pattern.letters, 'dead letter')}): {pattern.template[:100]}")
+        write(f"  #{pattern.id} ({_many(pattern.letters, 'dead letter')}): {_shortened(pattern.template)}")
+
+
+def _shortened(template: str, limit: int = 200) -> str:
+    return template if len(template) <= limit else template[: limit - 1] + "…"

@@ -214,7 +214,8 @@ def test_records_saved_meet_the_custom_rules_that_match_headers(monkeypatch: pyt
     [
         ("not json", "line 2: not JSON"),
         ("[1, 2]", "line 2: a JSON object is needed, not list"),
-        ('{"error_type": "X"}', 'line 2: "message" must be text'),
+        ('{"error_type": "X"}', 'line 2: no "message"'),
+        ('{"message": 5}', 'line 2: "message" must be text'),
         ('{"message": "x", "stack_trace": 5}', 'line 2: "stack_trace" must be text'),
         ('{"message": "x", "headers": [1]}', 'line 2: "headers" must be an object'),
     ],

@@ -161,7 +161,7 @@ def test_merge_moves_dead_letters_counters_triage_and_watchers_to_the_busiest(
     audit = AuditEntry.objects.get(action="pattern.regroup", target=f"pattern #{newer.pk}")
     assert (audit.actor_name, audit.count) == ("system", 1)
     assert audit.detail == f"merged #{first.pk} into #{newer.pk}: same pattern under the current grouping rules"
-    assert f"Merged into #{newer.pk} (3 dead letters, 1 moved in): payment gateway" in out
+    assert f"Merged into #{newer.pk} (3 dead letters before, 1 moved in): payment gateway" in out
     assert "Merged 1 pattern into 1 (1 dead letter moved)." in out
     assert "Filed 1 new fingerprint under the patterns that hold their dead letters." in out
 
