@@ -145,6 +145,12 @@ def test_what_masking_keeps_and_drops() -> None:
     assert "".join(tokenize("Path `customer.email` is required: `customer.email`")) == (
         "Path `customer.email` is required: <REF>"
     )
+    # A URL ends before the punctuation that closes a label or a sentence: the colon is the message's own.
+    assert tokenize('429 Too Many Requests from POST https://geo.example.org/v1/quotes: "retry later"')[-3:] == (
+        " https://geo.example.org/…",
+        ":",
+        ' "retry later"',
+    )
 
 
 @pytest.mark.parametrize(
