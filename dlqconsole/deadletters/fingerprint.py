@@ -59,7 +59,7 @@ HEX_PAIRS = re.compile(r"(?<![\w:])(?:[0-9a-f]{2}:){8,}[0-9a-f]{2}(?![\w:])", re
 # One token: a URL that masking kept, a placeholder, a quoted value of up to four words (so a free-text value
 # does not change the token count; a longer quotation is a nested message, cut up like the rest), a word, or a
 # punctuation mark. Each token carries the space before it. The lookarounds keep "can't" from opening a quote.
-_URL_TOKEN = r"""[a-z][a-z0-9+.-]*://[^\s'"`<>()\[\]{},;]*?(?=[.:!?]*(?:[\s'"`<>()\[\]{},;]|$))|"""
+_URL_TOKEN = r"""[a-z][a-z0-9+.-]*://(?:[^\s'"`<>()\[\]{},;]*[^\s'"`<>()\[\]{},;.:!?])?|"""
 _OTHER_TOKENS = (
     r"""<[A-Z][A-Z_]*>|"""
     r"""(?<!\w)'[^'\s]*(?: [^'\s]+){0,3}'(?!\w)|"[^"\s]*(?: [^"\s]+){0,3}"|`[^`\s]*(?: [^`\s]+){0,3}`|"""
