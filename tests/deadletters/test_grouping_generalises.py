@@ -63,6 +63,8 @@ ONE_PATTERN = {
     ],
 }
 
+SERVICES = ("fraud.internal", "stock.internal", "tax.internal", "geo.internal", "mail.internal", "crm.internal")
+
 APART = {
     "the port of a refused connection": [
         "connect ECONNREFUSED 10.0.0.7:5432",
@@ -89,26 +91,10 @@ APART = {
         "HTTPConnectionPool(host='tax.internal', port=80): Max retries exceeded (Connection refused)",
     ],
     "the host of a key that names the dependency, however many": [
-        f"HTTPSConnectionPool(host='{host}', port=443): Read timed out. (read timeout=3)"
-        for host in (
-            "fraud.internal",
-            "stock.internal",
-            "tax.internal",
-            "geo.internal",
-            "mail.internal",
-            "crm.internal",
-        )
+        f"HTTPSConnectionPool(host='{host}', port=443): Read timed out. (read timeout=3)" for host in SERVICES
     ],
     "the host of a URL that timed out, however many": [
-        f"Read timed out after 3000 ms calling https://{host}/v2/captures/P-1"
-        for host in (
-            "fraud.internal",
-            "stock.internal",
-            "tax.internal",
-            "geo.internal",
-            "mail.internal",
-            "crm.internal",
-        )
+        f"Read timed out after 3000 ms calling https://{host}/v2/captures/P-1" for host in SERVICES
     ],
 }
 
@@ -208,7 +194,7 @@ def test_timeouts_raised_at_one_place_keep_the_service_they_name(message: str) -
     # Where a trace's message holds a quoted value, it is a value (any key or field the place names) unless it is the
     # value of a key that names the dependency; a URL keeps its host in a failed connection.
     grouper = Grouper()
-    hosts = ("fraud.internal", "stock.internal", "tax.internal", "geo.internal", "mail.internal", "crm.internal")
+    hosts = SERVICES
     keys = [
         grouper.add(error_type="", message="", stack_trace=PYTHON_TRACE.format(message=message.format(host=host)))
         for host in (*hosts, hosts[0])
