@@ -153,13 +153,14 @@ def has_revision(reference: str) -> bool:
 def against(reference: str, rounds: int, runs: int) -> dict[str, float]:
     """Messages per second of this tree's grouping and of the grouping at git revision `reference`, on this tree's
     corpus, measured in turns (ours, theirs, ours, ...; `runs` each, the best counts) so that both see the same
-    machine; and their ratio."""
+    machine (each side first in every other pair); and their ratio."""
     with tempfile.TemporaryDirectory(prefix="grouping-against-") as folder:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", reference], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
         ours = theirs = 0.0
-        for _ in range(runs):
-            for code in (ROOT, Path(folder)):
+        for run in range(runs):
+            # Ours first, then theirs first, and so on: whichever side runs first in a pair is not always the same.
+            for code in (ROOT, Path(folder)) if run % 2 == 0 else (Path(folder), ROOT):
                 command = [sys.executable, str(Path(__file__)), "--speed-only", "--rounds", str(rounds)]
                 result = subprocess.run([*command, "--code", str(code)], check=True, capture_output=True, text=True)
                 speed_of_run = float(result.stdout.strip())
@@ -267,6 +268,10 @@ def main() -> None:
     options = parser.parse_args()
 
     if options.speed_only:
+        if hasattr(os, "sched_setaffinity"):
+            # One core for the whole run (the last): a process moved between cores in the middle of a round runs
+            # slower for a while, and that is noise in a comparison.
+            os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
         print(f"{speed(load(), options.rounds):.1f}")
         return
     if options.against:

@@ -116,7 +116,7 @@ _FINGERPRINT_CACHE: dict[tuple[str, str, str, str], Fingerprint] = {}
 FINGERPRINT_CACHE_SIZE = 20000
 # Tokens by premasked text: messages that differ only where premasking hides something (a time, a path, an
 # address) are cut into tokens once.
-_TEXT_CACHE: dict[str, tuple[str, ...]] = {}
+_TEXT_CACHE: dict[str, tuple[tuple[str, ...], str]] = {}
 # Keys by (error type, template): most messages repeat a template, and a lookup is cheaper than a hash.
 _KEY_CACHE: dict[tuple[str, str], str] = {}
 # Trace scopes and the heads of trace templates by (error type, *frames): one place raises many traces.
@@ -300,6 +300,11 @@ def _premask(message: str) -> str:
 
 def tokenize(message: str) -> tuple[str, ...]:
     """The masked tokens of a message, each with the space before it: joined, they are the template."""
+    return tokenize_joined(message)[0]
+
+
+def tokenize_joined(message: str) -> tuple[tuple[str, ...], str]:
+    """`tokenize`'s tokens and the template they make, joined once."""
     text = _premask(message)
     found = _TEXT_CACHE.get(text)
     if found is None:
@@ -310,7 +315,7 @@ def tokenize(message: str) -> tuple[str, ...]:
     return found
 
 
-def _tokenize_masked(text: str) -> tuple[str, ...]:
+def _tokenize_masked(text: str) -> tuple[tuple[str, ...], str]:
     raw = (TOKEN if "://" in text else TOKEN_WITHOUT_URL).findall(text)[:MAX_TOKENS]
     get = _TOKEN_CACHE.get
     tokens = [get(token) or _mask_token(token) for token in raw]
@@ -328,9 +333,11 @@ def _tokenize_masked(text: str) -> tuple[str, ...]:
     if "," in raw:
         tokens = _join_lists(tokens)
     # Two equal masked values side by side join as "> <": one search in C before the tokens are compared.
-    if "> <" in "".join(tokens):
+    template = "".join(tokens)
+    if "> <" in template:
         tokens = _join_runs(tokens)
-    return tuple(tokens)
+        template = "".join(tokens)
+    return tuple(tokens), template
 
 
 def _join_runs(tokens: list[str]) -> list[str]:
@@ -380,19 +387,25 @@ def connection_failed(text: str) -> bool:
     return (
         "refused" in lowered
         or "timed out" in lowered
-        or "econn" in lowered
         or "etimedout" in lowered
+        or "unreachable" in lowered
         or "ehostunreach" in lowered
         or "i/o timeout" in lowered
-        or "unreachable" in lowered
         or "no route to host" in lowered
-        or "connect call failed" in lowered
-        or "connection timeout" in lowered
-        or "connection reset" in lowered
-        or "connection error" in lowered
-        or "connection failed" in lowered
-        or "connect timeout" in lowered
-        or " connect to" in lowered
+        or (
+            # The phrases below all hold "conn": one search rules them all out for most texts.
+            "conn" in lowered
+            and (
+                "econn" in lowered
+                or "connect call failed" in lowered
+                or "connection timeout" in lowered
+                or "connection reset" in lowered
+                or "connection error" in lowered
+                or "connection failed" in lowered
+                or "connect timeout" in lowered
+                or " connect to" in lowered
+            )
+        )
     )
 
 
@@ -403,14 +416,15 @@ EPHEMERAL_PORTS = 32768
 
 def _keep_ports(raw: list[str], tokens: list[str]) -> None:
     for position in range(3, len(raw)):
+        # The mark before the number first: most tokens follow no ":" or ",".
+        if raw[position - 1] not in PORT_MARKS:
+            continue
         port = raw[position].lstrip(" ")
-        if (
-            port.isdecimal()
-            and 0 < int(port) < EPHEMERAL_PORTS
-            and raw[position - 1] in {":", ","}
-            and raw[position - 2].strip(" '\"")[-1:].isalnum()
-        ):
+        if port.isdecimal() and 0 < int(port) < EPHEMERAL_PORTS and raw[position - 2].strip(" '\"")[-1:].isalnum():
             tokens[position] = raw[position]
+
+
+PORT_MARKS = frozenset({":", ","})
 
 
 def _join_lists(tokens: list[str]) -> list[str]:
@@ -629,7 +643,7 @@ def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: s
             return Fingerprint(
                 key=key, template=template, error_type=found.error_type, tokens=tokens, kind="trace", scope=scope
             )
-    tokens = tokenize(message) if message else ()
+    tokens, template = tokenize_joined(message) if message else ((), "")
     if not tokens:
         template = fallback or "(no error message)"
         return Fingerprint(
@@ -638,7 +652,6 @@ def _fingerprint(*, error_type: str, message: str, stack_trace: str, fallback: s
             error_type=error_type,
             kind="empty",
         )
-    template = "".join(tokens)
     return Fingerprint(
         key=pattern_key(error_type=error_type, template=template),
         template=template,
