@@ -19,7 +19,8 @@ from dlqconsole.deadletters.grouping.mining import anchor, generalize_all
 ClusterKey = tuple[str, str, str]
 # A dotted name ("ssl.gstatic.com", "timeout.handler.Worker") names a host, a key or a class: a keyword inside it
 # ("ssl", "timeout") says nothing about how the failure happened.
-DOTTED = re.compile(r"\b[A-Za-z][\w-]*(?=\.[\w-])(?:\.[\w-]+)+")
+# Possessive: a word that is not followed by a dot is given up at once, not a character at a time.
+DOTTED = re.compile(r"\b[A-Za-z][\w-]*+(?=\.[\w-])(?:\.[\w-]++)+")
 # What every dotted name holds, found much faster (a pattern that starts with a literal): most texts have none.
 DOTTED_HINT = re.compile(r"\.[\w-]")
 
