@@ -14,4 +14,3 @@ def _local_cache(settings: Any) -> None:
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": uuid.uuid4().hex}
     }
-
