@@ -186,15 +186,16 @@ def _frames_after_at(text: str, error_type: str) -> TraceSignature | None:
     # traces look the same with file paths in place of classes.
     blocks: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
+        # Most lines are frames: they are matched before anything else is done with them.
         match = JAVA_FRAME.match(line)
         node = None if match else NODE_FRAME.match(line)
         if match or node:
             frame = _jvm_frame(match.group(1)) if match else _node_frame(node.group(1) or "", node.group(2))  # type: ignore[union-attr]
             if blocks and frame:
                 blocks[-1][1].append(frame)
+            continue
+        stripped = line.strip()
+        if not stripped:
             continue
         if not blocks or stripped.startswith("Caused by:"):
             head = EXCEPTION_LINE.match(stripped)

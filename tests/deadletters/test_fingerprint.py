@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from dlqconsole.deadletters.fingerprint import fingerprint, mask, split_error_type, tokenize
+from dlqconsole.deadletters.fingerprint import fingerprint, split_error_type
+from dlqconsole.deadletters.masking import mask, tokenize
 from dlqconsole.deadletters.stacktrace import headline, signature
 
 

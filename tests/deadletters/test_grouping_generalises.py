@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlqconsole.deadletters.fingerprint import fingerprint, leading_error_type, split_error_type, tokenize
+from dlqconsole.deadletters.fingerprint import fingerprint, leading_error_type, split_error_type
 from dlqconsole.deadletters.grouping.engine import Grouper, group_lines
+from dlqconsole.deadletters.masking import tokenize
 
 
 def templates(lines: list[str]) -> set[str]:

@@ -6,10 +6,10 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlqconsole.deadletters.fingerprint import tokenize
 from dlqconsole.deadletters.grouping import mining
 from dlqconsole.deadletters.grouping.engine import Grouper
 from dlqconsole.deadletters.grouping.mining import generalize, generalize_all
+from dlqconsole.deadletters.masking import tokenize
 
 
 def mined(*messages: str) -> dict[str, str]:

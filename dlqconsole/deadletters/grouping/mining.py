@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 
-from dlqconsole.deadletters.fingerprint import DEPENDENCY_KEYS, connection_failed
+from dlqconsole.deadletters.fingerprint import DEPENDENCY_KEYS
 from dlqconsole.deadletters.grouping.linking import Shapes, linked, one_run_apart, same_remainder
 from dlqconsole.deadletters.grouping.vocabulary import (
     ENTITY_NOUNS,
@@ -36,6 +36,7 @@ from dlqconsole.deadletters.grouping.vocabulary import (
     word_after,
     word_before,
 )
+from dlqconsole.deadletters.masking import connection_failed
 
 PLAIN_VALUES = 3
 ENUM_VALUES = 5

@@ -23,10 +23,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import F
 
-from dlqconsole.deadletters.fingerprint import WILDCARD
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
 from dlqconsole.deadletters.grouping.engine import Pattern, cluster_of, is_trace_cluster, patterns_of_cluster, scope_of
 from dlqconsole.deadletters.grouping.vocabulary import is_wildcard
+from dlqconsole.deadletters.masking import WILDCARD
 from dlqconsole.deadletters.models import (
     FailurePattern,
     Fingerprint,
