@@ -250,7 +250,7 @@ def _tokenize_masked(text: str) -> tuple[tuple[str, ...], str]:
         repeated = [value for value in QUOTED_WORD.findall(text) if text.count(value) > 1 and not DIGIT.search(value)]
         if repeated:
             _refer_to_quoted(raw, tokens, repeated)
-    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text)) and connection_failed(text):
+    if (PORT_AFTER_COLON.search(text) or PORT_AFTER_COMMA.search(text) or "port=" in text) and connection_failed(text):
         _keep_ports(raw, tokens)
     if "," in raw:
         tokens = _join_lists(tokens)
@@ -337,16 +337,24 @@ EPHEMERAL_PORTS = 32768
 
 
 def _keep_ports(raw: list[str], tokens: list[str]) -> None:
+    """Unmask each port: a number below EPHEMERAL_PORTS after an address and a ":" or "," ("10.0.0.7:5432",
+    "('10.0.0.7', 6379)"), or the value of a `port=` ("host='10.0.0.7', port=5432")."""
     for position in range(3, len(raw)):
-        # The mark before the number first: most tokens follow no ":" or ",".
-        if raw[position - 1] not in PORT_MARKS:
+        # The mark before the number first: most tokens follow no ":", "," or "=".
+        mark = raw[position - 1]
+        if mark not in PORT_MARKS:
             continue
         port = raw[position].lstrip(" ")
-        if port.isdecimal() and 0 < int(port) < EPHEMERAL_PORTS and raw[position - 2].strip(" '\"")[-1:].isalnum():
+        before = raw[position - 2].strip(" '\"")
+        if (
+            port.isdecimal()
+            and 0 < int(port) < EPHEMERAL_PORTS
+            and (before.lower() == "port" if mark == "=" else before[-1:].isalnum())
+        ):
             tokens[position] = raw[position]
 
 
-PORT_MARKS = frozenset({":", ","})
+PORT_MARKS = frozenset({":", ",", "="})
 
 
 def _join_lists(tokens: list[str]) -> list[str]:

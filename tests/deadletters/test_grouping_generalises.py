@@ -94,6 +94,14 @@ APART = {
     "the host of a key that names the dependency, however many": [
         f"HTTPSConnectionPool(host='{host}', port=443): Read timed out. (read timeout=3)" for host in SERVICES
     ],
+    "an address and a named host of a key that names the dependency": [
+        "HTTPSConnectionPool(host='10.42.3.17', port=5432): Read timed out. (read timeout=30)",
+        "HTTPSConnectionPool(host='psp-gateway.example.net', port=443): Read timed out. (read timeout=5)",
+    ],
+    "the port of a key that names it, in a connection that timed out": [
+        "HTTPSConnectionPool(host='10.42.3.17', port=5432): Read timed out. (read timeout=30)",
+        "HTTPSConnectionPool(host='10.42.3.18', port=6379): Read timed out. (read timeout=30)",
+    ],
     "the host of a URL that timed out, however many": [
         f"Read timed out after 3000 ms calling https://{host}/v2/captures/P-1" for host in SERVICES
     ],

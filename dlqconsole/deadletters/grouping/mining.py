@@ -101,9 +101,10 @@ def _qualifies(values: set[str], form: tuple[str, ...], position: int) -> bool:
         # name: only masked data varies there.
         return False
     before = word_before(form, position)
-    if not data and before in DEPENDENCY_KEYS:
+    if before in DEPENDENCY_KEYS:
         # What a key that names the dependency holds ("host='fraud-check.internal'", "table=orders") is what failed:
-        # another one is another cause, however many there are.
+        # another one is another cause, however many there are; an address masked as <IP> is one, a named host
+        # another.
         return False
     if len(values) >= ENUM_VALUES:
         # As many values as the most demanding slot needs: the tests below cannot ask for more.
@@ -177,7 +178,14 @@ def _absorb(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ..
 def _soft_slots(form: tuple[str, ...]) -> tuple[int, ...]:
     """The positions where a form holds data (masked values, wildcards, the value of a "key=value"), the message's
     first word excepted."""
-    slots = [position for position, token in enumerate(form) if ">" in token and (is_wildcard(token) or is_data(token))]
+    slots = [
+        position
+        for position, token in enumerate(form)
+        if ">" in token
+        and (is_wildcard(token) or is_data(token))
+        # What a key that names the dependency holds is never data, masked or not (`_qualifies`).
+        and word_before(form, position) not in DEPENDENCY_KEYS
+    ]
     if "=" in form:
         keyed = [position for position in range(2, len(form)) if form[position - 1] == "=" and _keyed(form, position)]
         slots = sorted({*slots, *keyed})
