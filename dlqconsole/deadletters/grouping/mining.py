@@ -178,17 +178,15 @@ def _absorb(forms: list[tuple[str, ...]]) -> dict[tuple[str, ...], tuple[str, ..
 def _soft_slots(form: tuple[str, ...]) -> tuple[int, ...]:
     """The positions where a form holds data (masked values, wildcards, the value of a "key=value"), the message's
     first word excepted."""
-    slots = [
-        position
-        for position, token in enumerate(form)
-        if ">" in token
-        and (is_wildcard(token) or is_data(token))
-        # What a key that names the dependency holds is never data, masked or not (`_qualifies`).
-        and word_before(form, position) not in DEPENDENCY_KEYS
-    ]
+    slots = [position for position, token in enumerate(form) if ">" in token and (is_wildcard(token) or is_data(token))]
     if "=" in form:
         keyed = [position for position in range(2, len(form)) if form[position - 1] == "=" and _keyed(form, position)]
         slots = sorted({*slots, *keyed})
+    if len(slots) < 2:
+        return ()
+    # What a key that names the dependency holds is never data, masked or not (`_qualifies`). Looked for only here:
+    # most forms have fewer than two slots.
+    slots = [position for position in slots if word_before(form, position) not in DEPENDENCY_KEYS]
     if len(slots) < 2:
         return ()
     first = first_word(form)
