@@ -17,8 +17,8 @@ for the whole corpus in one process, CPU time of the best of several runs. No da
 
 A plain run also compares the speed with the grouping before the rules that generalise (BEFORE_GENERALISING, the
 throughput bar of issue 17 is 0.9 times it): both trees group this tree's corpus in separate processes, in turns,
-the best run of each counting. Instruction counts (valgrind's callgrind on the same rounds) say the same without
-the noise of a shared machine: docs/performance.md.
+the best run of each counting. Instruction counts (valgrind's callgrind on the same rounds) measure the same work
+without the noise of a shared machine, though not its cost in time: docs/performance.md has both.
 
 Grouping must never be tuned on the held-out causes; `--show-errors` shows only train causes. With `--loghub`,
 `--show-errors` lists each dataset's wrongly grouped events: keep some datasets out of DIR while tuning and score
