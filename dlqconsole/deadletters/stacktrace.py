@@ -217,10 +217,6 @@ def clear_cache() -> None:
 # Remembered: a service's traces repeat the same library and application frames.
 @functools.lru_cache(maxsize=20000)
 def _jvm_frame(qualified: str) -> str:
-    return _read_jvm_frame(qualified)
-
-
-def _read_jvm_frame(qualified: str) -> str:
     name = qualified.rpartition("/")[2] if "/" in qualified else qualified
     if name.startswith(JVM_LIBRARIES) or GENERATED.search(name):
         return ""

@@ -79,10 +79,6 @@ def clear_cache() -> None:
 def first_word(form: tuple[str, ...]) -> int:
     """The position of the message's first word (the first token that starts with a letter, after a leading
     "qualified.name:" label), or -1."""
-    return _first_word(form)
-
-
-def _first_word(form: tuple[str, ...]) -> int:
     first = -1
     for position, token in enumerate(form):
         if token.lstrip()[:1].isalpha():
