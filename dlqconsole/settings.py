@@ -14,8 +14,18 @@ from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
 from dlqconsole.checks import DEVELOPMENT_SECRET_KEY
-from dlqconsole.core.env import env_bool, env_duration, env_float, env_int, env_list, env_networks, env_str
+from dlqconsole.core.env import (
+    env_bool,
+    env_duration,
+    env_float,
+    env_int,
+    env_list,
+    env_mapping,
+    env_networks,
+    env_str,
+)
 
+BROKER_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
 django_stubs_ext.monkeypatch()
 
@@ -43,6 +53,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "django_prometheus",
     "dlqconsole.accounts",
+    "dlqconsole.brokers",
     "dlqconsole.deadletters",
     "dlqconsole.ingest",
     "dlqconsole.operations",
@@ -196,6 +207,16 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", AMQP_URL)
 # RabbitMQ's management HTTP API, asked when planning whether a retry's exchange routes its key to any queue
 # (AMQP cannot tell): empty derives it from AMQP_URL (same host and login, port 15672); "off" skips the check.
 RABBITMQ_API_URL = env_str("RABBITMQ_API_URL", "")
+# More brokers, each an AMQP endpoint with its vhost: `name=amqp://...;other=amqps://...`. They are managed here
+# (read-only in the admin, their credentials never stored); the broker `default` is AMQP_URL. Their management
+# APIs: DLQ_BROKER_API_URLS (`name=https://...;other=off`), else derived from each AMQP URL as for AMQP_URL.
+DLQ_BROKERS = env_mapping("DLQ_BROKERS", name_pattern=BROKER_NAME)
+if "default" in DLQ_BROKERS:
+    raise ImproperlyConfigured("DLQ_BROKERS must not name 'default': the broker default is AMQP_URL")
+DLQ_BROKER_API_URLS = env_mapping("DLQ_BROKER_API_URLS", name_pattern=BROKER_NAME)
+# Encrypts the credentials of brokers added in the admin (Fernet). Several keys, comma-separated: the first
+# encrypts, every one decrypts (rotate by putting the new key first). Any text; it is stretched to a key.
+DLQ_CREDENTIALS_KEY = env_str("DLQ_CREDENTIALS_KEY", "")
 # Django's cache holds the sign-in throttle's counts: Redis when REDIS_URL is set, so every web process shares
 # them; without it each process counts on its own (local memory).
 CACHES = {

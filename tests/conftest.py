@@ -20,6 +20,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
+from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
 from tests.factories import UserFactory
 from tests.support import Worker, worker_environment
@@ -56,6 +57,15 @@ def _fast_password_hasher(settings: Any) -> None:
     """Users the tests make get their passwords hashed with MD5, in microseconds: PBKDF2 takes a quarter of a second
     a user, and the suite makes hundreds. PBKDF2 still checks the passwords that commands the tests run hashed."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+@pytest.fixture(autouse=True)
+def _brokers_read_afresh() -> Iterator[None]:
+    """Each test reads the brokers of its own settings and database (a flushed table loses `default`; a test may
+    set DLQ_BROKERS)."""
+    registry.forget()
+    yield
+    registry.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -199,6 +199,10 @@ class AlertRule(models.Model):
 
     name = models.CharField(max_length=120, unique=True)
     kind = models.CharField(max_length=32, choices=RuleKind.choices)
+    # A broker: the rule only looks at its queues; empty for every broker.
+    broker = models.ForeignKey(
+        "brokers.Broker", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     # A DLQ or work queue name; the rule then only looks at that queue (and its DLQ or work queue).
     queue = models.CharField(max_length=255, blank=True)
     pattern = models.ForeignKey(

@@ -5,6 +5,7 @@ message dies, and which timestamps in a message are plausible."""
 from __future__ import annotations
 
 import datetime as dt
+import ssl
 
 import pika
 from django.conf import settings
@@ -43,8 +44,21 @@ def is_death_header(name: str) -> bool:
     return lowered in DEATH_HEADERS or lowered.startswith(DEATH_HEADER_PREFIXES)
 
 
-def connection_parameters(url: str | None = None, *, heartbeat: int = 30) -> pika.URLParameters:
-    parameters = pika.URLParameters(url or settings.AMQP_URL)
+def connection_parameters(
+    url: str | None = None, *, heartbeat: int = 30, tls_ca_certificate: str = "", tls_verify: bool = True
+) -> pika.URLParameters:
+    """Parameters for `url` (AMQP_URL by default). For amqps://, TLS checks the broker's certificate and name
+    against the system's CAs, or against `tls_ca_certificate` (PEM) when given; `tls_verify=False` checks
+    neither (a test broker with a self-signed certificate)."""
+    url = url or settings.AMQP_URL
+    parameters = pika.URLParameters(url)
+    # An ssl_options query in the URL (pika's own syntax) is left as it is.
+    if url.startswith("amqps:") and "ssl_options=" not in url:
+        context = ssl.create_default_context(cadata=tls_ca_certificate or None)
+        if not tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        parameters.ssl_options = pika.SSLOptions(context, server_hostname=parameters.host)
     parameters.heartbeat = heartbeat
     parameters.blocked_connection_timeout = 60
     parameters.connection_attempts = 1

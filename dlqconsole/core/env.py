@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -79,6 +80,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_mapping(name: str, *, name_pattern: str) -> dict[str, str]:
+    """`name=value;name2=value2` (DLQ_BROKERS): names match `name_pattern` and are unique; values are not empty."""
+    raw = os.environ.get(name, "").strip()
+    found: dict[str, str] = {}
+    for item in raw.split(";"):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise ImproperlyConfigured(f"{name}: {key[:40]!r} has no value (write name=value;name2=value2)")
+        if not re.fullmatch(name_pattern, key):
+            raise ImproperlyConfigured(f"{name}: {key[:40]!r} is not a valid name ({name_pattern})")
+        if key in found:
+            raise ImproperlyConfigured(f"{name} names {key!r} twice")
+        found[key] = value
+    return found
 
 
 def env_networks(name: str, default: list[str]) -> list[str]:

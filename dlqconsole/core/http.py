@@ -197,6 +197,15 @@ class GuardedAdapter(HTTPAdapter):
         }
 
 
+def guarded_session() -> requests.Session:
+    """A session whose connections refuse denied addresses (webhooks, brokers' management APIs), with no retries."""
+    session = requests.Session()
+    adapter = GuardedAdapter(max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 def check_target(url: str) -> None:
     """Refuse a URL whose host is a denied address, before any connection. Behind a proxy the proxy resolves
     the name, so the name is resolved here too (best effort: the proxy may see another answer)."""
@@ -239,10 +248,7 @@ def post_json(
         raise HttpError(f"Not sendable as JSON: {error}", permanent=True) from None
     check_target(url)
     seconds = timeout if timeout is not None else settings.DLQ_HTTP_TIMEOUT_SECONDS
-    with requests.Session() as session:
-        adapter = GuardedAdapter(max_retries=0)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
+    with guarded_session() as session:
         try:
             response = session.post(
                 url,

@@ -1,10 +1,10 @@
 """The counters of this app's tables, kept exact by whoever writes dead letters: ingest, operations, pattern moves.
 
-- DeadLetterCount: dead letters per (source queue, pattern, failure reason, status). Pages, alerts and metrics read
-  it instead of counting dead letters.
+- DeadLetterCount: dead letters per (broker, source queue, pattern, failure reason, status). Pages, alerts and
+  metrics read it instead of counting dead letters.
 - FailurePattern.total_count and last_seen_at, and the reopening of a resolved pattern that receives a new dead
   letter (with its PatternEvent).
-- PatternArrivalCount (per pattern and hour) and ArrivalCount (per source queue and minute): every arrival, for
+- PatternArrivalCount (per pattern and hour) and ArrivalCount (per broker, source queue and minute): every arrival, for
   the sparklines and the arrival charts, whatever became of the dead letter since.
 
 Each write sorts its rows, so that concurrent writers lock the rows of a table in the same order. An ingest batch
@@ -36,23 +36,22 @@ from dlqconsole.deadletters.models import (
 )
 
 
-def count_arrivals(arrivals: Sequence[tuple[str, int, str]], *, now: dt.datetime) -> None:
-    """Count newly stored dead letters, each given as (source queue, pattern id, failure reason): the parked cells,
+def count_arrivals(arrivals: Sequence[tuple[int, str, int, str]], *, now: dt.datetime) -> None:
+    """Count newly stored dead letters, each given as (broker id, source queue, pattern id, failure reason): the
+    parked cells,
         their patterns' totals and last-seen times (a resolved pattern reopens), the patterns' hourly arrivals and the
         queues' arrivals of the minute, locked in that order (see the module docstring). Call it in the transaction that
     stores them."""
     if not arrivals:
         return
-    cells: Counter[tuple[str, int, str]] = Counter()
+    cells: Counter[tuple[int, str, int, str]] = Counter()
     per_pattern: Counter[int] = Counter()
-    per_queue: Counter[str] = Counter()
-    for queue, pattern_id, reason in arrivals:
-        cells[(queue, pattern_id, reason)] += 1
+    per_queue: Counter[tuple[int, str]] = Counter()
+    for broker_id, queue, pattern_id, reason in arrivals:
+        cells[(broker_id, queue, pattern_id, reason)] += 1
         per_pattern[pattern_id] += 1
-        per_queue[queue] += 1
-    add_counts(
-        [(queue, pattern_id, reason, DeadLetterStatus.PARKED, n) for (queue, pattern_id, reason), n in cells.items()]
-    )
+        per_queue[(broker_id, queue)] += 1
+    add_counts([(*cell, DeadLetterStatus.PARKED, n) for cell, n in cells.items()])
     ids = sorted(per_pattern)
     table = FailurePattern._meta.db_table
     if connection.vendor == "postgresql":
@@ -146,24 +145,29 @@ def transfer_pattern_arrivals(*, source_id: int, target_id: int) -> None:
     PatternArrivalCount.objects.filter(pattern_id=source_id).delete()
 
 
-def _add_arrivals(per_queue: Counter[str], *, now: dt.datetime) -> None:
-    """Add the batch's newly stored dead letters to the arrival counts of its minute, per source queue: one
-    upsert. Rows in queue order, so concurrent batches lock the same minute's rows in the same order."""
+def _add_arrivals(per_queue: Counter[tuple[int, str]], *, now: dt.datetime) -> None:
+    """Add the batch's newly stored dead letters to the arrival counts of its minute, per broker and source queue:
+    one upsert. Rows in key order, so concurrent batches lock the same minute's rows in the same order."""
     queues = sorted(per_queue)
     minute = arrival_minute(now)
     table = ArrivalCount._meta.db_table
-    upsert = f" ON CONFLICT (minute, source_queue) DO UPDATE SET count = {table}.count + excluded.count"
+    upsert = f" ON CONFLICT (minute, broker_id, source_queue) DO UPDATE SET count = {table}.count + excluded.count"
     if connection.vendor == "postgresql":
         with binding_cursor() as binding:
             binding.execute(
-                f"INSERT INTO {table} (minute, source_queue, count) SELECT %s, arrival.queue, arrival.n "
-                "FROM unnest(%s::varchar[], %s::bigint[]) AS arrival(queue, n) ORDER BY arrival.queue" + upsert,
-                [minute, queues, [per_queue[queue] for queue in queues]],
+                f"INSERT INTO {table} (minute, broker_id, source_queue, count) "
+                "SELECT %s, arrival.broker, arrival.queue, arrival.n "
+                "FROM unnest(%s::bigint[], %s::varchar[], %s::bigint[]) AS arrival(broker, queue, n) "
+                "ORDER BY arrival.broker, arrival.queue" + upsert,
+                [minute, [key[0] for key in queues], [key[1] for key in queues], [per_queue[key] for key in queues]],
             )
         return
     stamp = ArrivalCount._meta.get_field("minute").get_db_prep_save(minute, connection)
     _upsert_values(
-        table, ("minute", "source_queue", "count"), [(stamp, queue, per_queue[queue]) for queue in queues], upsert
+        table,
+        ("minute", "broker_id", "source_queue", "count"),
+        [(stamp, *key, per_queue[key]) for key in queues],
+        upsert,
     )
 
 
@@ -177,36 +181,36 @@ def prune_arrival_counts(*, now: dt.datetime | None = None) -> int:
     return deleted + pattern_deleted
 
 
-def add_counts(changes: list[tuple[str, int, str, str, int]]) -> None:
-    """Add (queue, pattern id, reason, status, delta) to the counters, creating cells as needed.
+def add_counts(changes: list[tuple[int, str, int, str, str, int]]) -> None:
+    """Add (broker id, queue, pattern id, reason, status, delta) to the counters, creating cells as needed.
 
     One statement per few hundred cells, rows sorted so that concurrent writers lock the cells in the same
     order and cannot deadlock. Deltas for the same cell are summed first (one statement cannot update a row
     twice)."""
-    merged: Counter[tuple[str, int, str, str]] = Counter()
-    for queue, pattern_id, reason, status, delta in changes:
-        merged[(queue, pattern_id, str(reason), str(status))] += delta
+    merged: Counter[tuple[int, str, int, str, str]] = Counter()
+    for broker_id, queue, pattern_id, reason, status, delta in changes:
+        merged[(broker_id, queue, pattern_id, str(reason), str(status))] += delta
     cells = sorted((cell, delta) for cell, delta in merged.items() if delta != 0)
     if not cells:
         return
     table = DeadLetterCount._meta.db_table
     upsert = (
-        " ON CONFLICT (source_queue, pattern_id, failure_reason, status) "
+        " ON CONFLICT (broker_id, source_queue, pattern_id, failure_reason, status) "
         f"DO UPDATE SET count = {table}.count + excluded.count"
     )
     if connection.vendor == "postgresql":
         with binding_cursor() as binding:
             columns = list(zip(*[(*cell, delta) for cell, delta in cells], strict=True))
             binding.execute(
-                f"INSERT INTO {table} (source_queue, pattern_id, failure_reason, status, count) "
-                "SELECT * FROM unnest(%s::varchar[], %s::bigint[], %s::varchar[], %s::varchar[], %s::bigint[]) "
-                "ORDER BY 1, 2, 3, 4" + upsert,
+                f"INSERT INTO {table} (broker_id, source_queue, pattern_id, failure_reason, status, count) "
+                "SELECT * FROM unnest(%s::bigint[], %s::varchar[], %s::bigint[], %s::varchar[], %s::varchar[], "
+                "%s::bigint[]) ORDER BY 1, 2, 3, 4, 5" + upsert,
                 [list(column) for column in columns],
             )
         return
     _upsert_values(
         table,
-        ("source_queue", "pattern_id", "failure_reason", "status", "count"),
+        ("broker_id", "source_queue", "pattern_id", "failure_reason", "status", "count"),
         [(*cell, delta) for cell, delta in cells],
         upsert,
     )
@@ -243,9 +247,13 @@ def _reopen(pattern_ids: list[int], *, now: dt.datetime) -> None:
 # Operations change the status of dead letters, or delete them: their counts move with them.
 
 
-class CountedRow(NamedTuple):
-    """The columns of a dead letter that name its counter cell."""
+COUNTED_FIELDS = ("broker_id", "source_queue", "pattern_id", "failure_reason", "status")
 
+
+class CountedRow(NamedTuple):
+    """The columns of a dead letter that name its counter cell (COUNTED_FIELDS, in this order)."""
+
+    broker_id: int
     source_queue: str
     pattern_id: int
     failure_reason: str
@@ -257,11 +265,11 @@ def count_status_change(rows: Iterable[CountedRow], *, to_status: str | None) ->
 
     Call it in the transaction that changes the rows, with the statuses they had before the change.
     """
-    cells: Counter[tuple[str, int, str, str]] = Counter()
+    cells: Counter[tuple[int, str, int, str, str]] = Counter()
     for row in rows:
         if row.status == to_status:
             continue
-        cells[(row.source_queue, row.pattern_id, row.failure_reason, row.status)] -= 1
+        cells[(row.broker_id, row.source_queue, row.pattern_id, row.failure_reason, row.status)] -= 1
         if to_status is not None:
-            cells[(row.source_queue, row.pattern_id, row.failure_reason, to_status)] += 1
-    add_counts([(queue, pattern, reason, status, delta) for (queue, pattern, reason, status), delta in cells.items()])
+            cells[(row.broker_id, row.source_queue, row.pattern_id, row.failure_reason, to_status)] += 1
+    add_counts([(*cell, delta) for cell, delta in cells.items()])

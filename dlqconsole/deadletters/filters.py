@@ -16,6 +16,8 @@ from django.db.models import F, Lookup, Q
 from django.db.models.sql.compiler import SQLCompiler
 from django.http import QueryDict
 
+from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.durations import parse_moment
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
 
@@ -50,6 +52,8 @@ class BytesContains(Lookup):  # type: ignore[type-arg]
 @dataclass
 class DeadLetterFilter:
     pattern: list[int] = field(default_factory=list)
+    # Broker names: a filter is stored and shown, and a name reads better than an id.
+    broker: list[str] = field(default_factory=list)
     queue: list[str] = field(default_factory=list)
     reason: list[str] = field(default_factory=list)
     status: list[str] = field(default_factory=list)
@@ -66,6 +70,7 @@ class DeadLetterFilter:
 
     FIELDS = (
         "pattern",
+        "broker",
         "queue",
         "reason",
         "status",
@@ -133,6 +138,12 @@ class DeadLetterFilter:
         if len(self.ids) > MAX_IDS or len(self.message_id) > MAX_IDS:
             raise FilterError(f"at most {MAX_IDS} ids in one filter; use another filter for more")
         self.queue = [str(value) for value in self.queue]
+        self.broker = [str(value) for value in self.broker]
+        bad = [value for value in self.broker if not re.fullmatch(BROKER_NAME, value)]
+        if bad:
+            raise FilterError(f"{bad[0][:64]!r} is not a broker name")
+        if self.broker:
+            broker_ids(self.broker)
         self.message_id = [str(value) for value in self.message_id]
         # Stored text never holds a NUL (PostgreSQL refuses one); a payload, searched as bytes, may.
         for name in ("queue", "message_id", "error_type", "host", "version", "text", "since", "until"):
@@ -169,6 +180,8 @@ class DeadLetterFilter:
         found = found.filter(status__in=self.status) if self.status else found.visible()
         if self.pattern:
             found = found.filter(pattern_id__in=self.pattern)
+        if self.broker:
+            found = found.filter(broker_id__in=list(broker_ids(self.broker)))
         if self.queue:
             found = found.filter(Q(source_queue__in=self.queue) | Q(original_queue__in=self.queue))
         if self.reason:
@@ -196,6 +209,16 @@ class DeadLetterFilter:
             # Bodies are bytes; search the UTF-8 form of the text. Fine for filters, slow on huge sets by nature.
             found = found.filter(BytesContains(F("body"), self.payload.encode()))
         return found
+
+
+def broker_ids(names: list[str]) -> list[int]:
+    """The ids of the brokers named; FilterError naming the known ones when a name is none of theirs."""
+    found = dict(Broker.objects.filter(name__in=names).values_list("name", "pk"))
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        known = ", ".join(Broker.objects.values_list("name", flat=True)) or "none"
+        raise FilterError(f"no broker named {unknown[0][:64]!r} (known: {known})")
+    return list(found.values())
 
 
 def _moment(value: str, *, name: str) -> dt.datetime:

@@ -7,6 +7,8 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from dlqconsole.brokers.models import broker_field
+
 
 class DeathReason(models.TextChoices):
     """Why RabbitMQ dead-lettered the message (the `reason` of the newest x-death entry)."""
@@ -170,6 +172,8 @@ class DeadLetter(models.Model):
         db_index=False,
         related_name="identical_copies",
     )
+    # The broker the dead letter was consumed from, and that a replay returns it to.
+    broker = broker_field()
     source_queue = models.CharField(max_length=255)
     original_queue = models.CharField(max_length=255, blank=True)
     original_exchange = models.CharField(max_length=255, blank=True)
@@ -227,6 +231,8 @@ class DeadLetter(models.Model):
             models.Index(fields=["status", "-id"], name="deadletter_status_id"),
             # Messages filtered by queue, and the per-queue oldest / newest parked letter.
             models.Index(fields=["source_queue", "status", "-id"], name="deadletter_queue_status_id"),
+            # Messages filtered by broker.
+            models.Index(fields=["broker", "status", "-id"], name="deadletter_broker_status_id"),
             # Pattern drill-down and bulk retry of a pattern.
             models.Index(fields=["pattern", "status", "-id"], name="deadletter_pattern_status_id"),
             # Filter by failure reason.
@@ -263,6 +269,7 @@ class DeadLetterCount(models.Model):
     metrics read a few hundred small rows instead of counting millions.
     """
 
+    broker = broker_field()
     source_queue = models.CharField(max_length=255)
     pattern = models.ForeignKey(FailurePattern, on_delete=models.CASCADE, related_name="counts")
     failure_reason = models.CharField(max_length=32, choices=FailureReason.choices)
@@ -272,7 +279,8 @@ class DeadLetterCount(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["source_queue", "pattern", "failure_reason", "status"], name="deadletter_count_cell"
+                fields=["broker", "source_queue", "pattern", "failure_reason", "status"],
+                name="deadletter_count_broker_cell",
             )
         ]
 
@@ -295,13 +303,16 @@ class ArrivalCount(models.Model):
 
     # The start of the minute (UTC) in which ingest stored the dead letters.
     minute = models.DateTimeField()
+    broker = broker_field()
     source_queue = models.CharField(max_length=255)
     count = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
             # Ingest's upsert, and the charts' and pruning's range reads on the minute.
-            models.UniqueConstraint(fields=["minute", "source_queue"], name="arrival_count_minute_queue")
+            models.UniqueConstraint(
+                fields=["minute", "broker", "source_queue"], name="arrival_count_minute_broker_queue"
+            )
         ]
 
     def __str__(self) -> str:

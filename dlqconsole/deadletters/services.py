@@ -192,7 +192,7 @@ def move_dead_letters(
     the sparklines (all of them when the whole pattern moves, purged arrivals included; else those of the dead
     letters moved). Returns (moved, earliest, latest ingested_at)."""
     table = DeadLetter._meta.db_table
-    moved: Counter[tuple[str, str, str]] = Counter()
+    moved: Counter[tuple[int, str, str, str]] = Counter()
     hours: Counter[dt.datetime] = Counter()
     earliest: dt.datetime | None = None
     latest: dt.datetime | None = None
@@ -216,12 +216,12 @@ def move_dead_letters(
             while True:
                 cursor.execute(
                     f"UPDATE {table} SET {set_sql} WHERE id IN (SELECT id FROM {table} WHERE pattern_id = %s "
-                    f"AND {condition} LIMIT %s) RETURNING source_queue, failure_reason, status, ingested_at",
+                    f"AND {condition} LIMIT %s) RETURNING broker_id, source_queue, failure_reason, status, ingested_at",
                     [*set_params, source_id, *params, MOVE_CHUNK],
                 )
                 rows = cursor.fetchall()
-                for queue, reason, status, ingested_at in rows:
-                    moved[(queue, reason, status)] += 1
+                for broker_id, queue, reason, status, ingested_at in rows:
+                    moved[(broker_id, queue, reason, status)] += 1
                     if isinstance(ingested_at, str):
                         ingested_at = dt.datetime.fromisoformat(ingested_at)
                     if ingested_at is not None and timezone.is_naive(ingested_at):
@@ -232,8 +232,8 @@ def move_dead_letters(
                     latest = ingested_at if latest is None or ingested_at > latest else latest
                 if len(rows) < MOVE_CHUNK:
                     break
-    changes = [(queue, source_id, reason, status, -n) for (queue, reason, status), n in moved.items()]
-    changes += [(queue, target_id, reason, status, n) for (queue, reason, status), n in moved.items()]
+    changes = [(broker, queue, source_id, reason, status, -n) for (broker, queue, reason, status), n in moved.items()]
+    changes += [(broker, queue, target_id, reason, status, n) for (broker, queue, reason, status), n in moved.items()]
     add_counts(changes)
     if ids is None and fingerprints is None:
         transfer_pattern_arrivals(source_id=source_id, target_id=target_id)

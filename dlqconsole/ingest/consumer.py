@@ -46,11 +46,14 @@ from django.db import DatabaseError, close_old_connections, connections
 from django.db import connection as db_connection
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import connection_parameters
 from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
 from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult
 from dlqconsole.ingest.byte_budget import ByteBudget
 from dlqconsole.ingest.database_side import DatabaseSide
+from dlqconsole.ingest.envelope import broker_scope
 from dlqconsole.ingest.models import WatchedQueue
 
 log = logging.getLogger(__name__)
@@ -104,6 +107,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         batch_bytes: int | None = None,
         exit_when_idle: float | None = None,
         amqp_url: str | None = None,
+        broker: Broker | None = None,
         refresh_seconds: float = 5.0,
         poll_seconds: float = 0.1,
         max_backoff: float = 30.0,
@@ -117,7 +121,10 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.max_bytes = max_bytes or settings.DLQ_CONSUMER_MAX_BYTES
         self.batch_bytes = batch_bytes or settings.DLQ_CONSUMER_BATCH_BYTES
         self.exit_when_idle = exit_when_idle
-        self.amqp_url = amqp_url or settings.AMQP_URL
+        # The broker consumed (`default` unless given); `amqp_url` overrides its URL (tests).
+        self.broker = broker or registry.default_broker()
+        self.amqp_url = amqp_url
+        self.broker_scope = broker_scope(self.broker.pk, default=self.broker.is_default)
         self.refresh_seconds = refresh_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -164,7 +171,11 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
     def run(self) -> None:
         install_tolerant_decoding()
         log.info(
-            "consume_dlq starting: batch %d / %.2f s, prefetch %d", self.batch_size, self.batch_seconds, self.prefetch
+            "consume_dlq starting on broker %s: batch %d / %.2f s, prefetch %d",
+            self.broker.name,
+            self.batch_size,
+            self.batch_seconds,
+            self.prefetch,
         )
         while not self.stopping:
             self.step()
@@ -216,7 +227,9 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
 
     def connect(self) -> None:
         self.drop_connection()
-        parameters = connection_parameters(self.amqp_url)
+        parameters = (
+            connection_parameters(self.amqp_url) if self.amqp_url else registry.connection_parameters(self.broker)
+        )
         # Named so that an operator (or a test) can tell the consumers apart in the management UI.
         parameters.client_properties = {
             "connection_name": f"dlqconsole consume_dlq {socket.gethostname()}:{os.getpid()}"
@@ -224,18 +237,20 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.connection = pika.BlockingConnection(parameters)
         self.next_refresh = 0.0
         if self.broker_backoff.failures:
-            log.info("connected to RabbitMQ again")
+            log.info("connected to broker %s again", self.broker.name)
         self.broker_backoff.reset()
 
     def wanted_queues(self) -> list[str]:
-        """--queues, else DLQ_QUEUES, else the DLQ of every enabled WatchedQueue (re-read on each refresh, so
-        queues declared while we run are picked up)."""
+        """--queues, else DLQ_QUEUES (on the broker `default`), else the DLQ of every enabled WatchedQueue of the
+        broker (re-read on each refresh, so queues declared while we run are picked up)."""
         if self.fixed_queues:
             return self.fixed_queues
-        if settings.DLQ_QUEUES:
+        if settings.DLQ_QUEUES and self.broker.is_default:
             return list(settings.DLQ_QUEUES)
         close_old_connections()
-        return list(WatchedQueue.objects.filter(enabled=True).values_list("dead_letter_queue", flat=True))
+        return list(
+            WatchedQueue.objects.filter(enabled=True, broker=self.broker).values_list("dead_letter_queue", flat=True)
+        )
 
     def refresh_queues(self) -> None:
         assert self.connection is not None
@@ -350,7 +365,8 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.stats.broker_errors += 1
         delay = self.broker_backoff.next_delay()
         log.warning(
-            "RabbitMQ connection lost (%s: %s); %d unacked deliveries will be redelivered; reconnecting in %.1f s",
+            "broker %s: connection lost (%s: %s); %d unacked deliveries will be redelivered; reconnecting in %.1f s",
+            self.broker.name,
             type(error).__name__,
             error,
             self.pending,

@@ -14,6 +14,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
 
+from dlqconsole.brokers.models import Broker
 from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult, write_batch
 from dlqconsole.ingest.envelope import parse_envelope
 
@@ -48,6 +49,8 @@ class DatabaseSide(ABC):
     last_activity: float
     database_backoff: Backoff
     stats: ConsumerStats
+    broker: Broker
+    broker_scope: str
 
     @property
     @abstractmethod
@@ -116,6 +119,8 @@ class DatabaseSide(ABC):
                     properties=delivery.properties,
                     now=now,
                     redelivered=delivery.redelivered,
+                    broker_id=self.broker.pk,
+                    broker_scope=self.broker_scope,
                 )
 
     def collect(self, *, wait: bool = False) -> None:

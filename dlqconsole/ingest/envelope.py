@@ -75,6 +75,8 @@ BODY_CHECK_LIMIT = 1024 * 1024
 class ParsedDeadLetter:
     source_queue: str
     body: bytes
+    # The broker it came from; None: the broker `default` (ingest_batch fills it in).
+    broker_id: int | None = None
     dedupe_key: str = ""
     original_queue: str = ""
     original_exchange: str = ""
@@ -125,11 +127,20 @@ class ParsedDeadLetter:
 
 
 def parse_envelope(
-    *, source_queue: str, body: bytes, properties: Any, now: dt.datetime, redelivered: bool = False
+    *,
+    source_queue: str,
+    body: bytes,
+    properties: Any,
+    now: dt.datetime,
+    redelivered: bool = False,
+    broker_id: int | None = None,
+    broker_scope: str = "",
 ) -> ParsedDeadLetter:
     """Turn one delivery (pika BasicProperties and body) into a ParsedDeadLetter. Never raises.
 
-    `redelivered` is the broker's flag on the delivery (see ParsedDeadLetter.redelivered)."""
+    `redelivered` is the broker's flag on the delivery (see ParsedDeadLetter.redelivered). `broker_scope` sets the
+    dead letters of one broker's queue apart from those of the same queue name on another broker in the dedupe
+    key: empty for the broker `default` (whose keys are as before brokers existed), else `broker_scope(id)`."""
     names = header_names()
     try:
         # All steps at once: the common case, and the cheap one (this runs for every ingested message).
@@ -147,8 +158,9 @@ def parse_envelope(
         identity = _dumps(
             {key: value for key, value in parsed.headers.items() if key.lower() not in DELIVERY_ANNOTATIONS}
         )
-    parsed.dedupe_key = _identity_hash(source_queue, parsed.properties_json, identity, parsed.body)
+    parsed.dedupe_key = _identity_hash(broker_scope + source_queue, parsed.properties_json, identity, parsed.body)
     parsed.redelivered = redelivered
+    parsed.broker_id = broker_id
     parsed.body_size = len(parsed.body)
     if parsed.body_size > names.max_body:
         _cut_body(parsed, names.max_body)
@@ -195,12 +207,19 @@ def _parse(
     return parsed, lowered
 
 
-def dedupe_key(*, source_queue: str, body: bytes, properties: dict[str, Any], headers: Any) -> str:
+def broker_scope(broker_id: int, *, default: bool) -> str:
+    """What a dead letter's dedupe key adds before its queue's name: nothing for the broker `default`."""
+    return "" if default else f"broker:{broker_id}\x00"
+
+
+def dedupe_key(
+    *, source_queue: str, body: bytes, properties: dict[str, Any], headers: Any, broker_scope: str = ""
+) -> str:
     """A hash of everything the broker delivered (the queue, properties, headers and body in their stored
     JSON form). A redelivered copy (or a duplicate from at-least-once dead-lettering) hashes the same; the same
     message dying again has a new x-death count or time, and a replayed one carries a higher replay count, so
     it hashes differently. parse_envelope leaves out the delivery annotations of the queue we consume from."""
-    return _identity_hash(source_queue, _dumps(properties), _dumps(headers), body)
+    return _identity_hash(broker_scope + source_queue, _dumps(properties), _dumps(headers), body)
 
 
 def _identity_hash(source_queue: str, properties_json: str, headers_json: str, body: bytes) -> str:

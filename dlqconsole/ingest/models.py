@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from dlqconsole.brokers.models import broker_field
+
 
 class WatchedQueue(models.Model):
     """A work queue and its dead-letter queue, as declared by `declare_topology` (or added in the admin).
@@ -15,8 +17,9 @@ class WatchedQueue(models.Model):
         CLASSIC = "classic", "Classic"
         QUORUM = "quorum", "Quorum"
 
-    name = models.CharField(max_length=255, unique=True)
-    dead_letter_queue = models.CharField(max_length=255, unique=True)
+    broker = broker_field()
+    name = models.CharField(max_length=255)
+    dead_letter_queue = models.CharField(max_length=255)
     dead_letter_exchange = models.CharField(max_length=255)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CLASSIC)
     arguments = models.JSONField(default=dict, blank=True)
@@ -28,7 +31,12 @@ class WatchedQueue(models.Model):
     declared_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "broker"]
+        constraints = [
+            # One row per queue of a broker; the same names on another broker are other queues.
+            models.UniqueConstraint(fields=["broker", "name"], name="watchedqueue_broker_name"),
+            models.UniqueConstraint(fields=["broker", "dead_letter_queue"], name="watchedqueue_broker_dlq"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} -> {self.dead_letter_queue}"
@@ -37,6 +45,7 @@ class WatchedQueue(models.Model):
 class QueueSample(models.Model):
     """Depth and consumer count of a watched queue at one moment: growth rates, charts, backpressure."""
 
+    broker = broker_field()
     queue = models.CharField(max_length=255)
     messages = models.BigIntegerField()
     consumers = models.IntegerField()
@@ -45,7 +54,7 @@ class QueueSample(models.Model):
     class Meta:
         indexes = [
             # Charts and growth rates: one queue's samples over a window; retention deletes by time.
-            models.Index(fields=["queue", "-sampled_at"], name="queuesample_queue_time"),
+            models.Index(fields=["broker", "queue", "-sampled_at"], name="queuesample_broker_queue_time"),
             models.Index(fields=["sampled_at"], name="queuesample_time"),
         ]
 
@@ -60,7 +69,8 @@ class IngestStat(models.Model):
     across several consumer processes, and the web process can read them (it cannot see a consumer's memory).
     """
 
-    source_queue = models.CharField(max_length=255, unique=True)
+    broker = broker_field()
+    source_queue = models.CharField(max_length=255)
     # Deliveries taken from the queue and committed (including redelivered copies).
     received = models.BigIntegerField(default=0)
     # New DeadLetter rows; received - inserted = duplicates (redeliveries after a crash, at-least-once copies).
@@ -72,7 +82,8 @@ class IngestStat(models.Model):
     last_batch_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["source_queue"]
+        ordering = ["source_queue", "broker"]
+        constraints = [models.UniqueConstraint(fields=["broker", "source_queue"], name="ingeststat_broker_queue")]
 
     def __str__(self) -> str:
         return f"{self.source_queue}: {self.inserted} inserted, {self.duplicates} duplicates"

@@ -34,6 +34,7 @@ from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Left
 from django.utils import timezone
 
+from dlqconsole.brokers.models import default_broker_id
 from dlqconsole.core.database import ROWS_PER_STATEMENT, binding_cursor
 from dlqconsole.deadletters.counters import count_arrivals
 from dlqconsole.deadletters.grouping import assign_patterns
@@ -44,6 +45,7 @@ from dlqconsole.ingest.models import IngestStat, WatchedQueue
 # Columns written from each ParsedDeadLetter, in order. Every other column of DeadLetter gets its default.
 COLUMNS = (
     "dedupe_key",
+    "broker_id",
     "source_queue",
     "original_queue",
     "original_exchange",
@@ -106,6 +108,10 @@ def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None
     if not letters:
         return IngestResult(received=0, inserted=0)
     now = now or timezone.now()
+    default = None
+    for letter in letters:
+        if letter.broker_id is None:
+            letter.broker_id = default = default or default_broker_id()
     batch = _keyed(letters)
     # PostgreSQL first tries a plain COPY, which fails as a whole when any key is stored already. Elsewhere (SQLite)
     # the stored keys are looked up first: an INSERT ... ON CONFLICT DO NOTHING alone would drop a first delivery.
@@ -166,11 +172,17 @@ def _count_delivery_limit_attempts(letters: Sequence[ParsedDeadLetter]) -> None:
     if not queues:
         return
     limits = {
-        name: arguments.get("x-delivery-limit")
-        for name, arguments in WatchedQueue.objects.filter(name__in=queues).values_list("name", "arguments")
+        (broker_id, name): arguments.get("x-delivery-limit")
+        for broker_id, name, arguments in WatchedQueue.objects.filter(name__in=queues).values_list(
+            "broker_id", "name", "arguments"
+        )
     }
     for letter in letters:
-        limit = limits.get(letter.original_queue) if letter.death_reason == DeathReason.DELIVERY_LIMIT else None
+        limit = (
+            limits.get((letter.broker_id or 0, letter.original_queue))
+            if letter.death_reason == DeathReason.DELIVERY_LIMIT
+            else None
+        )
         if isinstance(limit, int) and not isinstance(limit, bool) and 0 <= limit < 2**31 - 1:
             letter.attempt_count = max(letter.attempt_count, limit + 1)
 
@@ -201,7 +213,7 @@ def _store(
         inserted = [letter for letter in batch if letter.dedupe_key in inserted_keys]
         _link_copies_in_batch(inserted)
         count_arrivals(
-            [(letter.source_queue, pattern_ids[letter.fingerprint], letter.failure_reason) for letter in inserted],
+            [(*_queue_of(letter), pattern_ids[letter.fingerprint], letter.failure_reason) for letter in inserted],
             now=now,
         )
         _add_stats(letters, inserted, now=now)
@@ -232,6 +244,7 @@ def _row(
     """One row in COLUMNS order, JSON columns as JSON text."""
     return (
         letter.dedupe_key,
+        letter.broker_id,
         letter.source_queue,
         letter.original_queue,
         letter.original_exchange,
@@ -387,18 +400,24 @@ def _replayed_from(letters: list[ParsedDeadLetter]) -> dict[str, int]:
     return {key: origin for key, origin in wanted.items() if origin in existing}
 
 
+def _queue_of(letter: ParsedDeadLetter) -> tuple[int, str]:
+    """(broker id, source queue): ingest_batch has given every letter its broker."""
+    return letter.broker_id or 0, letter.source_queue
+
+
 def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLetter], *, now: dt.datetime) -> None:
-    received: Counter[str] = Counter(letter.source_queue for letter in letters)
-    stored: Counter[str] = Counter(letter.source_queue for letter in inserted)
-    malformed: Counter[str] = Counter(letter.source_queue for letter in inserted if letter.parse_errors)
+    received: Counter[tuple[int, str]] = Counter(_queue_of(letter) for letter in letters)
+    stored: Counter[tuple[int, str]] = Counter(_queue_of(letter) for letter in inserted)
+    malformed: Counter[tuple[int, str]] = Counter(_queue_of(letter) for letter in inserted if letter.parse_errors)
     table = IngestStat._meta.db_table
     # The batch is about to commit: its last moment, not the one it started at.
     finished = max(now, timezone.now())
     with connection.cursor() as cursor:
         for queue in sorted(received):
             cursor.execute(
-                f"INSERT INTO {table} (source_queue, received, inserted, duplicates, malformed, batches, "
-                "last_batch_at) VALUES (%s, %s, %s, %s, %s, 1, %s) ON CONFLICT (source_queue) DO UPDATE SET "
+                f"INSERT INTO {table} (broker_id, source_queue, received, inserted, duplicates, malformed, batches, "
+                "last_batch_at) VALUES (%s, %s, %s, %s, %s, %s, 1, %s) ON CONFLICT (broker_id, source_queue) "
+                "DO UPDATE SET "
                 f"received = {table}.received + excluded.received, inserted = {table}.inserted + excluded.inserted, "
                 f"duplicates = {table}.duplicates + excluded.duplicates, "
                 f"malformed = {table}.malformed + excluded.malformed, batches = {table}.batches + 1, "
@@ -407,7 +426,7 @@ def _add_stats(letters: Sequence[ParsedDeadLetter], inserted: list[ParsedDeadLet
                 f"OR excluded.last_batch_at > {table}.last_batch_at "
                 f"THEN excluded.last_batch_at ELSE {table}.last_batch_at END",
                 [
-                    queue,
+                    *queue,
                     received[queue],
                     stored[queue],
                     received[queue] - stored[queue],

@@ -38,7 +38,8 @@ from typing import NoReturn
 
 from django.db import connections
 
-from dlqconsole.ingest.consumer import ConsumerStats, DeadLetterConsumer
+from dlqconsole.ingest.broker_consumers import BrokerConsumers
+from dlqconsole.ingest.consumer import ConsumerStats
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class Child:
 
 class Supervisor:
     def __init__(
-        self, count: int, make_consumer: Callable[[], DeadLetterConsumer], *, exit_when_idle: bool = False
+        self, count: int, make_consumer: Callable[[], BrokerConsumers], *, exit_when_idle: bool = False
     ) -> None:
         self.count = count
         self.make_consumer = make_consumer
@@ -162,7 +163,7 @@ class Supervisor:
     def run_child(self, stats_fd: int, mask: set[int | signal.Signals]) -> NoReturn:
         """The child's whole life: consume until stopped or idle, send the counts, exit. Never returns."""
         code = 1
-        consumer: DeadLetterConsumer | None = None
+        consumer: BrokerConsumers | None = None
         stop_requested = False
 
         def stop(number: int, frame: FrameType | None) -> None:

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from dlqconsole.deadletters.counters import CountedRow, count_status_change
+from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import BUSY, busy_elsewhere, delete_dead_letters, mark_items
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, eligible_statuses
@@ -39,7 +39,7 @@ class ChangeSteps(RunState):
                 for row in DeadLetter.objects.select_for_update(no_key=operation.kind != OperationKind.PURGE)
                 .filter(pk__in=[dead_letter_id for _, dead_letter_id in locked])
                 .order_by("pk")
-                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
+                .values_list("pk", *COUNTED_FIELDS)
             }
             busy = busy_elsewhere(list(letters), operation_id=self.operation_id)
             done: list[int] = []

@@ -33,6 +33,7 @@ from dlqconsole.operations.services import (
 # (option, filter field, help); list fields take several values, repeated or comma-separated.
 LIST_FILTERS = (
     ("--pattern", "pattern", "failure pattern id"),
+    ("--broker", "broker", "broker name (DLQ_BROKERS, the admin; default is AMQP_URL)"),
     ("--queue", "queue", "dead-letter queue or original queue"),
     ("--reason", "reason", "failure reason, e.g. TIMEOUT"),
     ("--status", "status", "dead-letter status, e.g. parked, failed, archived"),

@@ -12,9 +12,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.brokers.models import default_broker_id
 from dlqconsole.core import jsonsafe
 from dlqconsole.deadletters import selectors
-from dlqconsole.deadletters.counters import CountedRow, add_counts, count_status_change
+from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, add_counts, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import busy_elsewhere
 from dlqconsole.operations.models import Operation, OperationItem, OperationKind
@@ -107,7 +108,7 @@ def _edit_and_retry(
     copy.next_retry_at = None
     copy.retry_exhausted = False
     copy.save(force_insert=True)
-    add_counts([(copy.source_queue, copy.pattern_id, copy.failure_reason, DeadLetterStatus.PARKED, 1)])
+    add_counts([(*_cell(copy), DeadLetterStatus.PARKED, 1)])
     record_audit(
         actor=actor,
         action="deadletter.edit_retry",
@@ -127,7 +128,7 @@ def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, no
     row = (
         DeadLetter.objects.select_for_update(no_key=True)
         .filter(pk=original_id, status__in=selectors.WAITING)
-        .values_list("source_queue", "pattern_id", "failure_reason", "status")
+        .values_list(*COUNTED_FIELDS)
         .first()
     )
     if row is None or busy_elsewhere([original_id], operation_id=0):
@@ -143,3 +144,9 @@ def _archive_edited_original(*, original_id: int, copy_id: int, actor: Actor, no
         count=1,
         detail=f"archived: replaced by its edited copy {copy_id}",
     )
+
+
+def _cell(letter: DeadLetter) -> tuple[int, str, int, str]:
+    """(broker id, queue, pattern id, reason): where the dead letter counts, but for its status. (The stubs type
+    broker_id as optional, for its field has a default; the row always has one.)"""
+    return letter.broker_id or default_broker_id(), letter.source_queue, letter.pattern_id, letter.failure_reason

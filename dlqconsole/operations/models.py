@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.models import (
     PERMANENT_REASONS,
@@ -134,7 +135,11 @@ class Operation(models.Model):
     kind = models.CharField(max_length=16, choices=OperationKind.choices)
     # The DeadLetterFilter it was planned from (its to_dict form), kept for the record and the audit log.
     filter = models.JSONField(default=dict, blank=True)
-    # Move: a queue (through the default exchange) or an exchange and routing key.
+    # Move: a queue (through the default exchange) or an exchange and routing key, on `target_broker` (empty:
+    # each dead letter's own broker). A retry always goes back to the broker each dead letter came from.
+    target_broker = models.ForeignKey(
+        Broker, null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     target_queue = models.CharField(max_length=255, blank=True)
     target_exchange = models.CharField(max_length=255, blank=True)
     target_routing_key = models.CharField(max_length=255, blank=True)
@@ -440,6 +445,8 @@ class PurgedDeadLetter(models.Model):
     dead_letter_id = models.BigIntegerField()
     message_id = models.CharField(max_length=255, blank=True)
     dedupe_key = models.CharField(max_length=80)
+    # The broker's name, not a key: the record outlives the broker's row.
+    broker_name = models.CharField(max_length=64, default="default")
     source_queue = models.CharField(max_length=255)
     pattern_id = models.BigIntegerField(null=True, blank=True)
     pattern_template = models.TextField(blank=True)
@@ -467,6 +474,15 @@ class RetryPolicy(models.Model):
 
     name = models.CharField(max_length=120)
     enabled = models.BooleanField(default=True)
+    broker = models.ForeignKey(
+        Broker,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        help_text="Only dead letters of this broker; empty for any.",
+    )
     queue = models.CharField(max_length=255, blank=True, help_text="Source DLQ or original queue; empty for any.")
     failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
     pattern = models.ForeignKey(FailurePattern, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
@@ -489,8 +505,13 @@ class RetryPolicy(models.Model):
 
     @property
     def specificity(self) -> int:
-        """The most specific matching policy wins: pattern beats queue beats reason beats catch-all."""
-        return (4 if self.pattern_id else 0) + (2 if self.queue else 0) + (1 if self.failure_reason else 0)
+        """The most specific matching policy wins: pattern beats queue beats broker beats reason beats catch-all."""
+        return (
+            (8 if self.pattern_id else 0)
+            + (4 if self.queue else 0)
+            + (2 if self.broker_id else 0)
+            + (1 if self.failure_reason else 0)
+        )
 
     def delay_for(self, attempt: int) -> dt.timedelta:
         """The wait before automatic attempt number `attempt` (0-based); the last delay repeats."""

@@ -20,6 +20,7 @@ class Letter:
     rows a second costs more than publishing them)."""
 
     pk: int
+    broker_id: int
     source_queue: str
     pattern_id: int
     failure_reason: str

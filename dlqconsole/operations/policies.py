@@ -41,13 +41,20 @@ SETTLE = dt.timedelta(seconds=30)
 
 
 def matching_policy(
-    policies: Sequence[RetryPolicy], *, source_queue: str, original_queue: str, failure_reason: str, pattern_id: int
+    policies: Sequence[RetryPolicy],
+    *,
+    source_queue: str,
+    original_queue: str,
+    failure_reason: str,
+    pattern_id: int,
+    broker_id: int | None = None,
 ) -> RetryPolicy | None:
-    """The most specific enabled policy covering a dead letter (pattern, then queue, then reason)."""
+    """The most specific enabled policy covering a dead letter (pattern, then queue, then broker, then reason)."""
     matches = [
         policy
         for policy in policies
-        if (not policy.queue or policy.queue in (source_queue, original_queue))
+        if (policy.broker_id is None or policy.broker_id == broker_id)
+        and (not policy.queue or policy.queue in (source_queue, original_queue))
         and (not policy.failure_reason or policy.failure_reason == failure_reason)
         and (policy.pattern_id is None or policy.pattern_id == pattern_id)
     ]
@@ -99,14 +106,17 @@ def _schedule(ids: list[int], *, now: dt.datetime) -> int:
             body_truncated=False,
         )
         .order_by("pk")
-        .values_list("pk", "source_queue", "original_queue", "failure_reason", "pattern_id", "replay_count")
+        .values_list(
+            "pk", "broker_id", "source_queue", "original_queue", "failure_reason", "pattern_id", "replay_count"
+        )
     )
     due_at: dict[dt.datetime, list[int]] = defaultdict(list)
     exhausted: list[int] = []
     counted: list[CountedRow] = []
-    for pk, source_queue, original_queue, reason, pattern_id, replay_count in candidates:
+    for pk, broker_id, source_queue, original_queue, reason, pattern_id, replay_count in candidates:
         policy = matching_policy(
             policies,
+            broker_id=broker_id,
             source_queue=source_queue,
             original_queue=original_queue,
             failure_reason=reason,
@@ -119,7 +129,7 @@ def _schedule(ids: list[int], *, now: dt.datetime) -> int:
             exhausted.append(pk)
             continue
         due_at[now + policy.delay_for(replay_count)].append(pk)
-        counted.append(CountedRow(source_queue, pattern_id, reason, DeadLetterStatus.PARKED))
+        counted.append(CountedRow(broker_id, source_queue, pattern_id, reason, DeadLetterStatus.PARKED))
     for moment, pks in due_at.items():
         DeadLetter.objects.filter(pk__in=pks).update(
             status=DeadLetterStatus.SCHEDULED, next_retry_at=moment, status_changed_at=now
@@ -138,7 +148,7 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
             DeadLetter.objects.select_for_update(skip_locked=True, no_key=True)
             .filter(status=DeadLetterStatus.SCHEDULED, next_retry_at__lte=now)
             .order_by("next_retry_at")
-            .values_list("pk", "source_queue", "original_queue", "failure_reason", "pattern_id")[:limit]
+            .values_list("pk", "broker_id", "source_queue", "original_queue", "failure_reason", "pattern_id")[:limit]
         )
         if not due:
             return []
@@ -146,9 +156,10 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
         DeadLetter.objects.filter(pk__in=[row[0] for row in due]).update(next_retry_at=None)
         policies = list(RetryPolicy.objects.all())
         groups: dict[RetryPolicy | None, list[int]] = defaultdict(list)
-        for pk, source_queue, original_queue, reason, pattern_id in due:
+        for pk, broker_id, source_queue, original_queue, reason, pattern_id in due:
             policy = matching_policy(
                 [policy for policy in policies if policy.enabled] or policies,
+                broker_id=broker_id,
                 source_queue=source_queue,
                 original_queue=original_queue,
                 failure_reason=reason,

@@ -14,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dlqconsole.core.publish import CONFIRMED, NACKED, NOT_SENT, RETURNED, UNSENDABLE, Outcome
-from dlqconsole.deadletters.counters import CountedRow, count_status_change
+from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import id_array, record_items
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem
@@ -68,7 +68,7 @@ class RecordSteps(RunState):
                 for row in DeadLetter.objects.select_for_update(no_key=True)
                 .filter(pk__in=id_array(list(outcome_of)))
                 .order_by("pk")
-                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
+                .values_list("pk", *COUNTED_FIELDS)
             }
             record_items(rows)
             for status in (new_status, DeadLetterStatus.FAILED):

@@ -16,59 +16,31 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import requests
-from django.conf import settings
+
+from dlqconsole.brokers import registry
+from dlqconsole.core.broker_urls import Api, api_from_urls
+from dlqconsole.core.http import DeniedAddressError, HttpError, check_target, guarded_session
 
 # Connect and read timeouts: a plan waits at most this long for an API that does not answer.
 TIMEOUT = (2.0, 5.0)
-DEFAULT_API_PORT = 15672
 BUILT_IN_TYPES = frozenset({"direct", "fanout", "topic", "headers"})
 # How many exchange-to-exchange hops are followed before giving up (and counting the key as routable).
 MAX_HOPS = 8
 
 
-class RoutingUnknown(Exception):
-    """The API could not be asked; the message says why (shown on the plan as "bindings not checked: ...")."""
-
-
-@dataclass(frozen=True)
-class Api:
-    base: str  # http(s)://host:port/ without credentials
-    auth: tuple[str, str] | None
-    vhost: str
-
-    def __str__(self) -> str:
-        return self.base.rstrip("/")
+__all__ = ["Api", "RoutingUnknown", "api_from_settings", "api_from_urls", "routing_problems", "topic_matches"]
 
 
 def api_from_settings() -> Api | None:
-    return api_from_urls(amqp_url=settings.AMQP_URL, configured=settings.RABBITMQ_API_URL)
+    """The default broker's management API."""
+    return registry.api(registry.default_broker())
 
 
-def api_from_urls(*, amqp_url: str, configured: str) -> Api | None:
-    """The management API to ask: `configured` (RABBITMQ_API_URL), or one derived from AMQP_URL (same host and
-    credentials, port 15672); None when it is "off". The virtual host is AMQP_URL's."""
-    configured = (configured or "").strip()
-    if configured.lower() == "off":
-        return None
-    amqp = urlsplit(amqp_url)
-    vhost = unquote(amqp.path[1:]) if len(amqp.path) > 1 else "/"
-    if configured:
-        parts = urlsplit(configured)
-    else:
-        scheme = "https" if amqp.scheme == "amqps" else "http"
-        host = amqp.hostname or "localhost"
-        host = f"[{host}]" if ":" in host else host
-        netloc = f"{amqp.username or 'guest'}:{amqp.password or 'guest'}@{host}:{DEFAULT_API_PORT}"
-        parts = urlsplit(f"{scheme}://{netloc}/")
-    auth = (unquote(parts.username or ""), unquote(parts.password or "")) if parts.username is not None else None
-    host = parts.hostname or "localhost"
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    path = parts.path.rstrip("/") + "/"
-    return Api(base=urlunsplit((parts.scheme, netloc, path, "", "")), auth=auth, vhost=vhost)
+class RoutingUnknown(Exception):
+    """The API could not be asked; the message says why (shown on the plan as "bindings not checked: ...")."""
 
 
 def topic_matches(pattern: str, key: str) -> bool:
@@ -98,14 +70,21 @@ class RoutingChecker:
     """Asks the API once per exchange and answers `problem(exchange, routing_key)` for each destination."""
 
     api: Api
-    session: requests.Session = field(default_factory=requests.Session)
+    session: requests.Session = field(default_factory=guarded_session)
     _exchanges: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     _bindings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _policies: list[dict[str, Any]] | None = None
 
     def _get(self, path: str) -> Any:
         try:
-            response = self.session.get(self.api.base + path, auth=self.api.auth, timeout=TIMEOUT)
+            check_target(self.api.base)
+            response = self.session.get(
+                self.api.base + path, auth=self.api.auth, timeout=TIMEOUT, allow_redirects=False
+            )
+        except HttpError as error:
+            raise RoutingUnknown(f"the management API at {self.api} is not asked: {error}") from error
+        except DeniedAddressError as error:
+            raise RoutingUnknown(f"the management API at {self.api} is not asked: {error.message}") from error
         except requests.RequestException as error:
             raise RoutingUnknown(f"the management API at {self.api} did not answer ({type(error).__name__})") from error
         if response.status_code == 404:

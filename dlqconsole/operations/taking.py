@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from dlqconsole.core import amqp, replay_guard
 from dlqconsole.core.publish import Message
-from dlqconsole.deadletters.counters import CountedRow, count_status_change
+from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.destinations import (
     Destination,
@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 LETTER_FIELDS = (
     "id",
+    "broker_id",
     "source_queue",
     "pattern_id",
     "failure_reason",
@@ -91,7 +92,7 @@ class TakeSteps(RunState):
                 for row in DeadLetter.objects.select_for_update(no_key=True)
                 .filter(pk__in=id_array([read.letter.pk for read in reads if read.letter is not None]))
                 .order_by("pk")
-                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")
+                .values_list("pk", *COUNTED_FIELDS)
             }
             busy = busy_elsewhere(list(current), operation_id=self.operation_id)
             skipped: dict[int, str] = {}
@@ -102,7 +103,7 @@ class TakeSteps(RunState):
                 if letter is None or row is None:
                     skipped[read.item_pk] = "the dead letter no longer exists"
                     continue
-                letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status = row
+                letter.broker_id, letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status = row
                 if letter.pk in busy:
                     skipped[read.item_pk] = BUSY
                 elif letter.status not in allowed:
@@ -209,4 +210,4 @@ def _routing_header_problem(entry: Claimed) -> str:
 
 
 def _counted(letter: Letter) -> CountedRow:
-    return CountedRow(letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status)
+    return CountedRow(letter.broker_id, letter.source_queue, letter.pattern_id, letter.failure_reason, letter.status)

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.deadletters.counters import CountedRow, count_status_change
+from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import delete_dead_letters
 from dlqconsole.operations.models import Operation, OperationStatus
@@ -55,7 +55,7 @@ def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int =
                 DeadLetter.objects.select_for_update(skip_locked=True)
                 .filter(status=DeadLetterStatus.ARCHIVED, status_changed_at__lt=cutoff)
                 .order_by("pk")
-                .values_list("pk", "source_queue", "pattern_id", "failure_reason", "status")[:batch_size]
+                .values_list("pk", *COUNTED_FIELDS)[:batch_size]
             )
             if not rows:
                 break

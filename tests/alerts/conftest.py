@@ -23,14 +23,14 @@ from tests.factories import ChannelFactory
 def settle(letters: list[DeadLetter], *, status: str = DeadLetterStatus.REPLAYED) -> None:
     """Move dead letters out of parked the way an operation does: row and counter in one transaction."""
     with transaction.atomic():
-        changes: dict[tuple[str, int, str], int] = {}
+        changes: dict[tuple[int, str, int, str], int] = {}
         for letter in letters:
-            key = (letter.source_queue, letter.pattern_id, letter.failure_reason)
+            key = (letter.broker_id or 0, letter.source_queue, letter.pattern_id, letter.failure_reason)
             changes[key] = changes.get(key, 0) + 1
         DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).update(status=status)
         add_counts(
-            [(queue, pattern, reason, DeadLetterStatus.PARKED, -n) for (queue, pattern, reason), n in changes.items()]
-            + [(queue, pattern, reason, status, n) for (queue, pattern, reason), n in changes.items()]
+            [(*cell, str(DeadLetterStatus.PARKED), -n) for cell, n in changes.items()]
+            + [(*cell, status, n) for cell, n in changes.items()]
         )
 
 

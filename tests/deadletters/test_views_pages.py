@@ -68,8 +68,8 @@ def test_queue_summaries_give_the_oldest_and_newest_parked_arrival() -> None:
     store(EnvelopeFactory.build(queue="orders"), now=now - dt.timedelta(hours=1))
     store(EnvelopeFactory.build(queue="billing"), now=now - dt.timedelta(minutes=3))
     DeadLetter.objects.filter(pk=first[0].pk).update(status=DeadLetterStatus.REPLAYED)
-    cell = ("orders.dlq", first[0].pattern_id, first[0].failure_reason)
-    add_counts([(*cell, DeadLetterStatus.PARKED, -1), (*cell, DeadLetterStatus.REPLAYED, 1)])
+    cell = (first[0].broker_id or 0, "orders.dlq", first[0].pattern_id, first[0].failure_reason)
+    add_counts([(*cell, str(DeadLetterStatus.PARKED), -1), (*cell, str(DeadLetterStatus.REPLAYED), 1)])
     store(EnvelopeFactory.build(queue="orders"), now=now - dt.timedelta(minutes=1))
 
     found = {summary.queue: summary for summary in selectors.queue_summaries()}

@@ -11,6 +11,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
+from dlqconsole.brokers import registry
+from dlqconsole.ingest.broker_consumers import BrokerConsumers
 from dlqconsole.ingest.consumer import ConsumerStats, DeadLetterConsumer
 from dlqconsole.ingest.supervisor import Supervisor, default_processes
 
@@ -18,12 +20,21 @@ from dlqconsole.ingest.supervisor import Supervisor, default_processes
 class Command(BaseCommand):
     help = (
         "Consume dead-letter queues and store every message in the database, acking only after the commit. "
-        "Queues: --queues, else DLQ_QUEUES, else the DLQ of every enabled watched queue. Stops cleanly on "
-        "SIGTERM or SIGINT. Runs one consumer process per core on PostgreSQL (--processes)."
+        "Brokers: every enabled one (AMQP_URL as default, DLQ_BROKERS, the admin's), each on a connection of its "
+        "own, or those --broker names. Queues: --queues, else DLQ_QUEUES (broker default), else the DLQ of every "
+        "enabled watched queue of the broker. Stops cleanly on SIGTERM or SIGINT. Runs one consumer process per "
+        "core on PostgreSQL (--processes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", default="", help="comma-separated dead-letter queue names")
+        parser.add_argument(
+            "--broker",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="consume only this broker (repeat, or comma-separate, for several); default every enabled broker",
+        )
         parser.add_argument(
             "--batch-size", type=int, default=None, help="messages per transaction (DLQ_CONSUMER_BATCH_SIZE)"
         )
@@ -64,7 +75,12 @@ class Command(BaseCommand):
         for name in ("batch_seconds", "exit_when_idle", "refresh_seconds"):
             if options[name] is not None and options[name] < 0:
                 raise CommandError(f"--{name.replace('_', '-')} must not be negative")
-        make_consumer = partial(
+        names = [name.strip() for value in options["broker"] for name in value.split(",") if name.strip()]
+        try:
+            registry.named(names)
+        except registry.UnknownBroker as error:
+            raise CommandError(str(error)) from None
+        make_broker_consumer = partial(
             DeadLetterConsumer,
             queues=[name.strip() for name in options["queues"].split(",") if name.strip()],
             batch_size=options["batch_size"],
@@ -72,6 +88,13 @@ class Command(BaseCommand):
             prefetch=options["prefetch"],
             exit_when_idle=options["exit_when_idle"],
             refresh_seconds=options["refresh_seconds"],
+        )
+        make_consumer = partial(
+            BrokerConsumers,
+            lambda broker: make_broker_consumer(broker=broker),
+            broker_names=names,
+            refresh_seconds=options["refresh_seconds"],
+            exit_when_idle=options["exit_when_idle"] is not None,
         )
         processes = options["processes"] or settings.DLQ_CONSUMER_PROCESSES or default_processes(connection.vendor)
         failed = False
@@ -90,7 +113,7 @@ class Command(BaseCommand):
         if failed:
             raise CommandError("a consumer process failed (see the log above); nothing unacked is lost")
 
-    def run_one(self, consumer: DeadLetterConsumer) -> ConsumerStats:
+    def run_one(self, consumer: BrokerConsumers) -> ConsumerStats:
         self.consumer = consumer
         previous = {number: signal.signal(number, self.on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
         try:
