@@ -13,6 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.amqp import connect
 
 
@@ -20,7 +22,9 @@ from dlqconsole.core.amqp import connect
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when the database and the broker answer, 503 (with which one failed) otherwise."""
+    """200 when the database and the broker default answer, 503 (with which one failed) otherwise. Every other
+    enabled broker is reported under "brokers"; one that does not answer makes the status "degraded" (still 200:
+    restarting the console does not bring a broker back)."""
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
@@ -28,31 +32,45 @@ def healthz(request: HttpRequest) -> JsonResponse:
         checks["database"] = "ok"
     except Exception as error:  # noqa: BLE001  (a health check reports failures, it does not raise them)
         checks["database"] = f"error: {type(error).__name__}"
-    checks["broker"] = broker_status()
+    others: dict[str, str] = {}
+    if checks["database"] == "ok":
+        for broker in registry.brokers():
+            others[broker.name] = broker_status(broker)
+        checks["broker"] = others.pop(DEFAULT, "error: disabled")
+    else:
+        checks["broker"] = broker_status(None)
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503)
+    status = "error" if not healthy else "degraded" if any(value != "ok" for value in others.values()) else "ok"
+    body: dict[str, object] = {"status": status, **checks}
+    if others:
+        body["brokers"] = others
+    return JsonResponse(body, status=200 if healthy else 503)
 
 
-# The broker's last answer per AMQP_URL in this process: (when it was asked, "ok" or the error).
+# Each broker's last answer in this process, by its shown URL: (when it was asked, "ok" or the error).
 _broker_answers: dict[str, tuple[float, str]] = {}
 _broker_lock = threading.Lock()
 
 
-def broker_status() -> str:
-    """Whether the broker answers, asked at most once per DLQ_HEALTHZ_BROKER_CACHE_SECONDS in a process: /healthz
-    needs no login, and calls piling up must not pile up AMQP connections. The lock makes a thread that comes
-    while another asks wait for that answer instead of connecting too."""
-    url = settings.AMQP_URL
+def broker_status(broker: Broker | None) -> str:
+    """Whether the broker (AMQP_URL when None: the database cannot say which brokers exist) answers, asked at most
+    once per DLQ_HEALTHZ_BROKER_CACHE_SECONDS in a process: /healthz needs no login, and calls piling up must not
+    pile up AMQP connections. The lock makes a thread that comes while another asks wait for that answer instead
+    of connecting too."""
+    key = broker.url if broker is not None else ""
     with _broker_lock:
-        asked_at, answer = _broker_answers.get(url, (float("-inf"), ""))
+        asked_at, answer = _broker_answers.get(key, (float("-inf"), ""))
         if time.monotonic() - asked_at < settings.DLQ_HEALTHZ_BROKER_CACHE_SECONDS:
             return answer
         try:
-            connect(url, heartbeat=0).close()
+            if broker is None:
+                connect(settings.AMQP_URL, heartbeat=0).close()
+            else:
+                registry.connect(broker, heartbeat=0).close()
             answer = "ok"
         except Exception as error:  # noqa: BLE001  (a health check reports failures, it does not raise them)
             answer = f"error: {type(error).__name__}"
-        _broker_answers[url] = (time.monotonic(), answer)
+        _broker_answers[key] = (time.monotonic(), answer)
         return answer
 
 

@@ -23,7 +23,7 @@ from django.test import Client
 from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
 from tests.factories import UserFactory
-from tests.support import Worker, worker_environment
+from tests.support import Vhost, Worker, make_vhost, rabbitmqctl, worker_environment
 
 # The Celery workers and beat that tests start refuse to start without a real SECRET_KEY (dlqconsole/checks.py):
 # scripts/test exports one for its run, and a run started by hand gets one made here for the processes it starts.
@@ -122,6 +122,17 @@ def queue_name() -> Iterator[Callable[[str], str]]:
             channel.queue_delete(queue=name + suffix)
         channel.exchange_delete(exchange=name + ".dlx")
     connection.close()
+
+
+@pytest.fixture
+def second_vhost(settings: Any) -> Iterator[Vhost]:
+    """A virtual host of its own on the local RabbitMQ, as the broker "second" (DLQ_BROKERS) beside default; deleted
+    with everything in it afterwards."""
+    vhost = make_vhost()
+    settings.DLQ_BROKERS = {"second": vhost.url}
+    registry.forget()
+    yield vhost
+    rabbitmqctl("delete_vhost", vhost.name, check=False)
 
 
 def client_for(user: User, *, enforce_csrf_checks: bool = False) -> Client:

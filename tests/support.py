@@ -137,6 +137,41 @@ def drain(channel: BlockingChannel, queue: str) -> list[tuple[pika.BasicProperti
         found.append((properties, body))
 
 
+@dataclass(frozen=True)
+class Vhost:
+    """A virtual host of the local RabbitMQ made for one test, and the AMQP URL of guest on it."""
+
+    name: str
+    url: str
+
+    def revoke(self) -> None:
+        """Take guest's permissions away and close guest's connections to it: the broker refuses us."""
+        rabbitmqctl("clear_permissions", "-p", self.name, "guest")
+        listed = rabbitmqctl("list_connections", "pid", "vhost", "--no-table-headers", "-q")
+        for line in listed.splitlines():
+            pid, _, vhost = line.partition("\t")
+            if vhost.strip() == self.name:
+                rabbitmqctl("close_connection", pid.strip(), "access revoked by a test", check=False)
+
+    def grant(self) -> None:
+        rabbitmqctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
+
+
+def rabbitmqctl(*arguments: str, check: bool = True) -> str:
+    done = subprocess.run(["rabbitmqctl", *arguments], capture_output=True, text=True, timeout=60, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"rabbitmqctl {' '.join(arguments)} failed: {done.stderr.strip()[:500]}")
+    return done.stdout
+
+
+def make_vhost() -> Vhost:
+    name = f"dlqtest-{uuid.uuid4().hex[:10]}"
+    rabbitmqctl("add_vhost", name)
+    vhost = Vhost(name=name, url=f"amqp://guest:guest@127.0.0.1:5672/{name}")
+    vhost.grant()
+    return vhost
+
+
 # Subprocesses on the test's database ----------------------------------------------------------------------------
 
 

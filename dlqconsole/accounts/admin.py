@@ -28,9 +28,9 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, has_role, role_group
 from dlqconsole.accounts.services import record_audit, set_role
 
-# Changed fields whose values stay out of the audit row (the change message still names them): passwords, and
-# channel targets, whose webhook URLs carry tokens.
-UNSHOWN_FIELDS = frozenset({"password", "password1", "password2", "target"})
+# Changed fields whose values stay out of the audit row (the change message still names them): passwords,
+# channel targets, whose webhook URLs carry tokens, and brokers' URLs, which carry their passwords.
+UNSHOWN_FIELDS = frozenset({"password", "password1", "password2", "target", "amqp_url", "management_url"})
 
 
 def _shown(value: Any) -> str:

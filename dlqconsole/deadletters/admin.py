@@ -176,6 +176,7 @@ DEAD_LETTER_FIELDS: list[tuple[str | None, list[str]]] = [
 class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     list_display = [
         "id",
+        "broker",
         "source_queue",
         "failure_reason",
         "death_reason",
@@ -186,6 +187,7 @@ class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     ]
     list_display_links = ["id"]
     list_filter = [
+        "broker",
         SourceQueueFilter,
         "failure_reason",
         "death_reason",
@@ -197,7 +199,7 @@ class DeadLetterAdmin(AuditedModelAdmin[DeadLetter]):
     # Only declares that the list has a search box; get_search_results decides how to search.
     search_fields = ["message_id", "correlation_id", "task_id", "error_message"]
     search_help_text = "An exact message id, correlation id or task id; otherwise words of the error message."
-    list_select_related = ["pattern"]
+    list_select_related = ["pattern", "broker"]
     ordering = ["-id"]
     sortable_by = ["id", "ingested_at"]
     list_per_page = 100
@@ -416,10 +418,10 @@ class FailurePatternAdmin(AuditedModelAdmin[FailurePattern]):
 
 @admin.register(DeadLetterCount)
 class DeadLetterCountAdmin(AuditedModelAdmin[DeadLetterCount]):
-    list_display = ["source_queue", "status", "failure_reason", "pattern", "count"]
-    list_filter = ["status", "failure_reason", "source_queue"]
+    list_display = ["source_queue", "broker", "status", "failure_reason", "pattern", "count"]
+    list_filter = ["broker", "status", "failure_reason", "source_queue"]
     search_fields = ["source_queue", "pattern__template"]
-    list_select_related = ["pattern"]
+    list_select_related = ["pattern", "broker"]
     ordering = ["source_queue", "status", "-count"]
 
     # Kept exact by ingest and operations; an edit here would make every page and alert wrong.

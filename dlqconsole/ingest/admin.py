@@ -31,7 +31,7 @@ SourceQueueFilter.more_names.append(_watched_dead_letter_queues)
 class WatchedQueueForm(forms.ModelForm[WatchedQueue]):
     class Meta:
         model = WatchedQueue
-        fields = ["name", "dead_letter_queue", "dead_letter_exchange", "kind", *THRESHOLDS, "enabled"]
+        fields = ["broker", "name", "dead_letter_queue", "dead_letter_exchange", "kind", *THRESHOLDS, "enabled"]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -51,9 +51,10 @@ class WatchedQueueAdmin(AuditedModelAdmin[WatchedQueue]):
     # save_model and the deletes below write their own audit rows (watched_queue.*).
     writes_own_audit = True
     form = WatchedQueueForm
-    list_display = ["name", "dead_letter_queue", "kind", *THRESHOLDS, "enabled", "declared_at"]
+    list_display = ["name", "broker", "dead_letter_queue", "kind", *THRESHOLDS, "enabled", "declared_at"]
     list_editable = [*THRESHOLDS, "enabled"]
-    list_filter = ["kind", "enabled"]
+    list_filter = ["broker", "kind", "enabled"]
+    list_select_related = ["broker"]
     search_fields = ["name", "dead_letter_queue"]
     readonly_fields = ["arguments", "declared_at"]
 
@@ -62,7 +63,7 @@ class WatchedQueueAdmin(AuditedModelAdmin[WatchedQueue]):
         # kind mirror the broker and stay as declared.
         if obj is None:
             return list(self.readonly_fields)
-        return [*self.readonly_fields, "name", "dead_letter_queue", "dead_letter_exchange", "kind"]
+        return [*self.readonly_fields, "broker", "name", "dead_letter_queue", "dead_letter_exchange", "kind"]
 
     # Thresholds decide alerts and backpressure for everyone: a configuration change for admins.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -80,24 +81,30 @@ class WatchedQueueAdmin(AuditedModelAdmin[WatchedQueue]):
         record_audit(
             actor=request.user,
             action="watched_queue.change" if change else "watched_queue.add",
-            target=obj.name,
+            target=_target(obj),
             detail=changes,
         )
 
     def delete_model(self, request: HttpRequest, obj: WatchedQueue) -> None:
-        record_audit(actor=request.user, action="watched_queue.delete", target=obj.name)
+        record_audit(actor=request.user, action="watched_queue.delete", target=_target(obj))
         super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        for name in queryset.values_list("name", flat=True):
-            record_audit(actor=request.user, action="watched_queue.delete", target=name)
+        for queue in queryset.select_related("broker"):
+            record_audit(actor=request.user, action="watched_queue.delete", target=_target(queue))
         super().delete_queryset(request, queryset)
+
+
+def _target(queue: WatchedQueue) -> str:
+    """The audit target: the queue's name, after its broker's unless that is default."""
+    return queue.name if queue.broker.is_default else f"{queue.broker.name}/{queue.name}"
 
 
 @admin.register(QueueSample)
 class QueueSampleAdmin(AuditedModelAdmin[QueueSample]):
-    list_display = ["queue", "messages", "consumers", "sampled_at"]
-    list_filter = [("sampled_at", admin.DateFieldListFilter)]
+    list_display = ["queue", "broker", "messages", "consumers", "sampled_at"]
+    list_filter = ["broker", ("sampled_at", admin.DateFieldListFilter)]
+    list_select_related = ["broker"]
     search_fields = ["=queue"]
     ordering = ["-sampled_at"]
     show_full_result_count = False

@@ -40,13 +40,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pika
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from pika.exceptions import AMQPChannelError, AMQPConnectionError, ChannelClosedByBroker
 
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.core.amqp import connect
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import Broker
+from dlqconsole.brokers.secrets import CredentialsError
 from dlqconsole.ingest.models import WatchedQueue
 
 DEAD_LETTER_EXCHANGE_SUFFIX = ".dlx"
@@ -134,27 +135,34 @@ def declare_queue_topology(
     message_ttl: int | None = None,
     max_length: int | None = None,
     connection: pika.BlockingConnection | None = None,
+    broker: Broker | None = None,
     actor: Any = None,
 ) -> QueueTopology:
-    """Declare `name`, `name.dlx` and `name.dlq` on RabbitMQ and record them as a WatchedQueue.
+    """Declare `name`, `name.dlx` and `name.dlq` on `broker` (default unless given) and record them as its
+    WatchedQueue.
 
-    Uses (and leaves open) `connection` when given, otherwise connects to settings.AMQP_URL. Raises
-    TopologyError with an explanation when RabbitMQ refuses, never a bare broker exception.
+    Uses (and leaves open) `connection` when given (it must be to that broker), otherwise connects to the broker.
+    Raises TopologyError with an explanation when RabbitMQ refuses, never a bare broker exception.
     """
+    broker = broker or registry.default_broker()
     arguments = queue_arguments(
         name=name, quorum=quorum, delivery_limit=delivery_limit, message_ttl=message_ttl, max_length=max_length
     )
     own_connection = connection is None
     try:
         if connection is None:
-            connection = connect(settings.AMQP_URL)
+            connection = registry.connect(broker)
         topology = _declare(connection, name=name, quorum=quorum, arguments=arguments)
     except AMQPConnectionError as error:
-        raise TopologyError(f"Cannot reach RabbitMQ to declare {name!r}: {error!r}") from error
+        raise TopologyError(
+            f"Cannot reach broker {broker.name} ({broker.url}) to declare {name!r}: {error!r}"
+        ) from error
+    except CredentialsError as error:
+        raise TopologyError(f"Cannot connect to broker {broker.name}: {error}") from error
     finally:
         if own_connection and connection is not None and connection.is_open:
             connection.close()
-    _record(topology, actor=actor)
+    _record(topology, broker=broker, actor=actor)
     return topology
 
 
@@ -230,9 +238,10 @@ def _check_name(name: str) -> None:
         )
 
 
-def _record(topology: QueueTopology, *, actor: Any) -> None:
+def _record(topology: QueueTopology, *, broker: Broker, actor: Any) -> None:
     with transaction.atomic():
         watched, created = WatchedQueue.objects.update_or_create(
+            broker=broker,
             name=topology.name,
             defaults={
                 "dead_letter_queue": topology.dead_letter_queue,
@@ -245,6 +254,6 @@ def _record(topology: QueueTopology, *, actor: Any) -> None:
         record_audit(
             actor=actor,
             action="declare_topology",
-            target=watched.name,
+            target=watched.name if broker.is_default else f"{broker.name}/{watched.name}",
             detail=f"{'created' if created else 'declared again'}: {topology.kind}, {topology.arguments}",
         )

@@ -37,7 +37,9 @@ from dlqconsole.deadletters.views.message_edit import not_editable
 @require_GET
 @vary_on_headers("HX-Request")
 def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    dead_letter = get_object_or_404(DeadLetter.objects.select_related("pattern", "previous", "edited_from"), pk=pk)
+    dead_letter = get_object_or_404(
+        DeadLetter.objects.select_related("pattern", "previous", "edited_from", "broker"), pk=pk
+    )
     body = bytes(dead_letter.body)
     headers = _header_rows(dead_letter)
     problems = dead_letter.parse_errors if isinstance(dead_letter.parse_errors, list) else [dead_letter.parse_errors]

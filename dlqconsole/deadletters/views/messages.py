@@ -17,7 +17,7 @@ from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partia
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, FailureReason
-from dlqconsole.deadletters.views.listing import known_queues, query_without
+from dlqconsole.deadletters.views.listing import broker_names, known_queues, query_without
 
 PAGE_SIZE = 50
 
@@ -45,6 +45,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
     after = parse_id(request.GET.get("after"))
     columns = (
         "id",
+        "broker_id",
         "source_queue",
         "original_queue",
         "failure_reason",
@@ -78,8 +79,10 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         )
         rows, more_newer, more_older = [], False, False
     patterns = FailurePattern.objects.in_bulk({row.pattern_id for row in rows})
+    brokers = broker_names()
     for row in rows:
         row.pattern_cached = patterns.get(row.pattern_id)  # type: ignore[attr-defined]
+        row.broker_name = brokers.get(row.broker_id or 0, "")  # type: ignore[attr-defined]
     base = query_without(request.GET, "before", "after")
     filter_query = QueryDict(mutable=True)
     for name, value in chosen.to_dict().items():
@@ -103,6 +106,8 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         "reasons": FailureReason.choices,
         "statuses": DeadLetterStatus.choices,
         "known_queues": known_queues(),
+        "brokers": sorted(brokers.values()),
+        "several_brokers": len(brokers) > 1,
         "filtered_pattern": FailurePattern.objects.filter(pk__in=chosen.pattern).first() if chosen.pattern else None,
         "merged_away": _merged_away(chosen.pattern, query=request.GET),
         "page_size": PAGE_SIZE,

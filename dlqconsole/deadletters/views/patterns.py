@@ -23,7 +23,7 @@ from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.explain import explain
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, FailureReason, PatternStatus
 from dlqconsole.deadletters.rule_services import SplitPreview
-from dlqconsole.deadletters.views.listing import known_queues, query_without
+from dlqconsole.deadletters.views.listing import broker_names, known_queues, query_without
 
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
 MAX_OWNER_CHOICES = 200
@@ -52,12 +52,17 @@ def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySe
         "status": query.get("status", ""),
         "reason": query.get("reason", ""),
         "queue": query.get("queue", ""),
+        "broker": query.get("broker", ""),
         "q": query.get("q", "").strip(),
         "owner": query.get("owner", ""),
         "sort": query.get("sort", "waiting") if query.get("sort") in PATTERN_SORTS else "waiting",
     }
+    # A broker chosen: patterns count and sort by what waits on that broker (patterns span brokers).
+    cells = DeadLetterCount.objects.all()
+    if chosen["broker"]:
+        cells = cells.filter(broker__name=chosen["broker"])
     waiting = (
-        DeadLetterCount.objects.filter(pattern=OuterRef("pk"), status__in=selectors.WAITING)
+        cells.filter(pattern=OuterRef("pk"), status__in=selectors.WAITING)
         .values("pattern")
         .annotate(total=Sum("count"))
         .values("total")
@@ -69,10 +74,12 @@ def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySe
         patterns = patterns.filter(status=chosen["status"])
     if chosen["reason"] in FailureReason.values:
         patterns = patterns.filter(failure_reason=chosen["reason"])
-    if chosen["queue"]:
-        in_queue = DeadLetterCount.objects.filter(source_queue=chosen["queue"], count__gt=0).values("pattern_id")
-        patterns = patterns.filter(pk__in=in_queue)
-    if "\x00" in chosen["q"] + chosen["queue"]:
+    if chosen["queue"] or chosen["broker"]:
+        in_queue = cells.filter(count__gt=0)
+        if chosen["queue"]:
+            in_queue = in_queue.filter(source_queue=chosen["queue"])
+        patterns = patterns.filter(pk__in=in_queue.values("pattern_id"))
+    if "\x00" in chosen["q"] + chosen["queue"] + chosen["broker"]:
         patterns = patterns.none()  # stored text never holds a NUL (PostgreSQL refuses one): nothing matches
     elif chosen["q"]:
         patterns = patterns.filter(Q(template__icontains=chosen["q"]) | Q(error_type__icontains=chosen["q"]))
@@ -118,6 +125,7 @@ def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
         "statuses": PatternStatus.choices,
         "reasons": FailureReason.choices,
         "known_queues": known_queues(),
+        "brokers": sorted(broker_names().values()),
         "sorts": [(key, key.replace("_", " ")) for key in PATTERN_SORTS],
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
@@ -147,16 +155,23 @@ def pattern_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 def pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[str, Any]) -> dict[str, Any]:
     cells = list(
-        DeadLetterCount.objects.filter(pattern=pattern, count__gt=0).order_by(
-            "source_queue", "status", "failure_reason"
-        )
+        DeadLetterCount.objects.filter(pattern=pattern, count__gt=0)
+        .select_related("broker")
+        .order_by("broker__name", "source_queue", "status", "failure_reason")
     )
+    # One pattern spans brokers: what waits on each, when there are several.
+    by_broker: dict[str, int] = {}
+    for cell in cells:
+        if cell.status in selectors.WAITING:
+            by_broker[cell.broker.name] = by_broker.get(cell.broker.name, 0) + cell.count
     trend = selectors.pattern_trends(pattern_ids=[pattern.pk], width=dt.timedelta(hours=1), buckets=24)[pattern.pk]
     return {
         "owners": owner_choices(),
         "pattern": pattern,
         "cells": cells,
         "waiting": sum(cell.count for cell in cells if cell.status in selectors.WAITING),
+        "waiting_by_broker": sorted(by_broker.items()),
+        "several_brokers": len({cell.broker_id for cell in cells}) > 1 or len(broker_names()) > 1,
         "trend": trend,
         "events": list(pattern.events.select_related("actor")[:50]),
         "absorbed": list(pattern.absorbed.all()[:50]),

@@ -1,4 +1,4 @@
-"""`declare_topology QUEUE... [--quorum] [--delivery-limit N] [--message-ttl MS] [--max-length N]`.
+"""`declare_topology QUEUE... [--broker NAME] [--quorum] [--delivery-limit N] [--message-ttl MS] [--max-length N]`.
 
 Declares each QUEUE with its dead-letter exchange QUEUE.dlx and dead-letter queue QUEUE.dlq (see
 dlqconsole.ingest.topology for the choices made), and records it so that consume_dlq drains QUEUE.dlq.
@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dlqconsole.brokers import registry
 from dlqconsole.ingest.topology import TopologyError, declare_queue_topology
 
 
@@ -18,6 +19,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="+", metavar="QUEUE")
+        parser.add_argument(
+            "--broker", default="default", metavar="NAME", help="the broker to declare on (default: AMQP_URL)"
+        )
         parser.add_argument("--quorum", action="store_true", help="Quorum queues (and a quorum DLQ).")
         parser.add_argument(
             "--delivery-limit", type=int, help="Quorum only: dead-letter a message returned more than N times."
@@ -28,6 +32,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            broker = registry.get(options["broker"])
+        except registry.UnknownBroker as error:
+            raise CommandError(str(error)) from None
         for name in options["queues"]:
             try:
                 topology = declare_queue_topology(
@@ -36,10 +44,12 @@ class Command(BaseCommand):
                     delivery_limit=options["delivery_limit"],
                     message_ttl=options["message_ttl"],
                     max_length=options["max_length"],
+                    broker=broker,
                 )
             except TopologyError as error:
                 raise CommandError(str(error)) from error
+            on = "" if broker.is_default else f"[{broker.name}] "
             self.stdout.write(
-                f"{topology.name} ({topology.kind}) -> {topology.dead_letter_exchange} (fanout) -> "
+                f"{on}{topology.name} ({topology.kind}) -> {topology.dead_letter_exchange} (fanout) -> "
                 f"{topology.dead_letter_queue}  {topology.arguments}"
             )
