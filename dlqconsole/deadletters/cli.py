@@ -18,6 +18,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from dlqconsole.deadletters.classify import classify
+from dlqconsole.deadletters.filters import FilterError, broker_ids
 from dlqconsole.deadletters.fingerprint import leading_error_type, split_error_type
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.grouping.engine import Grouper, group_lines
@@ -62,6 +63,9 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     report.add_argument("--json", action="store_true", dest="as_json", help="One JSON object per pattern.")
     report.add_argument("--status", choices=PatternStatus.values, help="Only patterns with this triage status.")
     report.add_argument("--limit", type=int, default=0, help="At most this many patterns (most recent first).")
+    report.add_argument(
+        "--broker", default="", metavar="NAME", help="Only patterns with dead letters on this broker, counted there."
+    )
     report.set_defaults(handler=run_report)
     regroup = subcommands.add_parser(
         "regroup",
@@ -214,21 +218,36 @@ REPORT_LINE = "{id:>6} {total:>9} {parked:>9}  {status:<12} {reason:<18} {templa
 
 
 def run_report(
-    command: BaseCommand, *, as_json: bool = False, status: str | None = None, limit: int = 0, **options: Any
+    command: BaseCommand,
+    *,
+    as_json: bool = False,
+    status: str | None = None,
+    limit: int = 0,
+    broker: str = "",
+    **options: Any,
 ) -> None:
     patterns = FailurePattern.objects.active().select_related("owner").order_by("-last_seen_at", "-id")
+    cells = DeadLetterCount.objects.all()
+    if broker:
+        try:
+            cells = cells.filter(broker_id__in=broker_ids([broker]))
+        except FilterError as error:
+            raise CommandError(str(error)) from None
+        patterns = patterns.filter(pk__in=cells.filter(count__gt=0).values("pattern_id"))
     if status:
         patterns = patterns.filter(status=status)
     if limit > 0:
         patterns = patterns[:limit]
     chosen = list(patterns)
     # Counts come from the counters, never from COUNT(*) over the dead letters.
-    parked = dict(
-        DeadLetterCount.objects.filter(pattern__in=chosen, status="parked")
-        .values("pattern")
+    by_broker: dict[int, dict[str, int]] = {}
+    for pattern_id, name, total in (
+        cells.filter(pattern__in=chosen, status="parked", count__gt=0)
+        .values("pattern", "broker__name")
         .annotate(total=Sum("count"))
-        .values_list("pattern", "total")
-    )
+        .values_list("pattern", "broker__name", "total")
+    ):
+        by_broker.setdefault(pattern_id, {})[name] = int(total or 0)
     if not as_json:
         # Named as in --json, so a reader of either knows the other.
         command.stdout.write(REPORT_LINE.format(**{name: name for name in REPORT_COLUMNS}))
@@ -243,7 +262,8 @@ def run_report(
             "status": pattern.status,
             "owner": pattern.owner.get_username() if pattern.owner else "",
             "total": pattern.total_count,
-            "parked": int(parked.get(pattern.pk) or 0),
+            "parked": sum(by_broker.get(pattern.pk, {}).values()),
+            "parked_by_broker": by_broker.get(pattern.pk, {}),
             "first_seen": pattern.first_seen_at.isoformat(),
             "last_seen": pattern.last_seen_at.isoformat(),
         }
