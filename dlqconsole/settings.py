@@ -217,6 +217,8 @@ DLQ_BROKER_API_URLS = env_mapping("DLQ_BROKER_API_URLS", name_pattern=BROKER_NAM
 # Encrypts the credentials of brokers added in the admin (Fernet). Several keys, comma-separated: the first
 # encrypts, every one decrypts (rotate by putting the new key first). Any text; it is stretched to a key.
 DLQ_CREDENTIALS_KEY = env_str("DLQ_CREDENTIALS_KEY", "")
+# Error reports (the DEBUG page, error e-mails) hide every setting that may hold a URL with a password.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "dlqconsole.core.error_reports.ReporterFilter"
 # Django's cache holds the sign-in throttle's counts: Redis when REDIS_URL is set, so every web process shares
 # them; without it each process counts on its own (local memory).
 CACHES = {

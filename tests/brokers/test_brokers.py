@@ -10,6 +10,7 @@ from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import reverse
+from django.views.debug import get_default_exception_reporter_filter
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers import registry, secrets
@@ -168,3 +169,10 @@ def test_an_operator_cannot_add_a_broker(client: Client, settings: Any) -> None:
     )
     assert response.status_code == 403
     assert not Broker.objects.filter(name="staging").exists()
+
+
+def test_error_reports_hide_broker_urls(settings: Any) -> None:
+    settings.DLQ_BROKERS = {"staging": URL}
+    shown = get_default_exception_reporter_filter().get_safe_settings()
+    assert PASSWORD not in repr(shown["DLQ_BROKERS"]) and PASSWORD not in repr(shown)
+    assert shown["AMQP_URL"] == shown["DLQ_BROKERS"] == "********************"
