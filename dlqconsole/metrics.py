@@ -2,8 +2,10 @@
 
 Every number comes from counters or small tables (DeadLetterCount, IngestStat, FailurePattern, Operation,
 Alert, Channel, the newest QueueSamples) or from one indexed lookup per queue, never from counting dead letters,
-so a scrape costs the same with a million stored dead letters. Labels stay bounded: queues are capped at
-DLQ_METRICS_MAX_QUEUES (the rest are summed as queue="other"), and no label ever carries a pattern or message id.
+so a scrape costs the same with a million stored dead letters. Every series about a queue carries its broker and
+queue (`broker="staging", queue="orders.dlq"`). Labels stay bounded: queues are capped at DLQ_METRICS_MAX_QUEUES
+(broker, queue) pairs (the rest of each broker's are summed as queue="other"), and no label ever carries a pattern
+or message id.
 Only unfinished operations (at most MAX_OPERATIONS of them) are labelled by id.
 """
 
@@ -31,6 +33,7 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     Severity,
 )
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
@@ -47,24 +50,48 @@ logger = logging.getLogger(__name__)
 OTHER = "other"
 MAX_OPERATIONS = 20
 
+# A queue: (broker id, queue name). Every series labelled by queue is labelled by its broker too, so that the same
+# queue name on two brokers is two series.
+QueueKey = tuple[int, str]
+
 # name: (type, help, labels). describe() and collect() both read this, so the two cannot drift apart.
 METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dlq_metrics_up": ("gauge", "1 when the database metrics below could be read.", ()),
     "dlq_dead_letters": (
         "gauge",
         "Dead letters stored, by queue, failure reason, status and the triage status of their pattern.",
-        ("queue", "reason", "status", "pattern_status"),
+        ("broker", "queue", "reason", "status", "pattern_status"),
     ),
     "dlq_oldest_parked_dead_letter_age_seconds": ("gauge", "Age of the oldest parked dead letter.", ()),
-    "dlq_oldest_parked_age_seconds": ("gauge", "Age of the oldest parked dead letter of a queue.", ("queue",)),
+    "dlq_oldest_parked_age_seconds": (
+        "gauge",
+        "Age of the oldest parked dead letter of a queue.",
+        ("broker", "queue"),
+    ),
     "dlq_patterns": ("gauge", "Failure patterns (not merged away), by triage status.", ("status",)),
     "dlq_patterns_created": ("counter", "Failure patterns ever created.", ()),
     "dlq_pattern_reopens": ("counter", "Resolved patterns that received a new dead letter.", ()),
-    "dlq_ingest_received": ("counter", "Deliveries taken from a dead-letter queue and committed.", ("queue",)),
-    "dlq_ingest_inserted": ("counter", "New dead letters stored.", ("queue",)),
-    "dlq_ingest_duplicates": ("counter", "Redelivered copies of dead letters already stored.", ("queue",)),
-    "dlq_ingest_malformed": ("counter", "Dead letters stored with envelope parse problems.", ("queue",)),
-    "dlq_ingest_last_batch_timestamp_seconds": ("gauge", "When consume_dlq last committed a batch.", ("queue",)),
+    "dlq_ingest_received": (
+        "counter",
+        "Deliveries taken from a dead-letter queue and committed.",
+        ("broker", "queue"),
+    ),
+    "dlq_ingest_inserted": ("counter", "New dead letters stored.", ("broker", "queue")),
+    "dlq_ingest_duplicates": (
+        "counter",
+        "Redelivered copies of dead letters already stored.",
+        ("broker", "queue"),
+    ),
+    "dlq_ingest_malformed": (
+        "counter",
+        "Dead letters stored with envelope parse problems.",
+        ("broker", "queue"),
+    ),
+    "dlq_ingest_last_batch_timestamp_seconds": (
+        "gauge",
+        "When consume_dlq last committed a batch.",
+        ("broker", "queue"),
+    ),
     "dlq_operation_messages": (
         "counter",
         "Messages handled by operations, by kind (retry, move, archive, ...) and outcome.",
@@ -96,14 +123,30 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Alert notices over their channel's budget, held for the digest sent when the channel's window ends.",
         ("kind",),
     ),
-    "dlq_queue_messages": ("gauge", "Messages ready in a watched queue (role: work or dlq).", ("queue", "role")),
-    "dlq_queue_consumers": ("gauge", "Consumers of a watched queue (role: work or dlq).", ("queue", "role")),
-    "dlq_queue_sample_timestamp_seconds": ("gauge", "When the queue's depth was sampled.", ("queue", "role")),
-    "dlq_consumer_lag_messages": ("gauge", "Dead letters in a DLQ not yet ingested by consume_dlq.", ("queue",)),
+    "dlq_queue_messages": (
+        "gauge",
+        "Messages ready in a watched queue (role: work or dlq).",
+        ("broker", "queue", "role"),
+    ),
+    "dlq_queue_consumers": (
+        "gauge",
+        "Consumers of a watched queue (role: work or dlq).",
+        ("broker", "queue", "role"),
+    ),
+    "dlq_queue_sample_timestamp_seconds": (
+        "gauge",
+        "When the queue's depth was sampled.",
+        ("broker", "queue", "role"),
+    ),
+    "dlq_consumer_lag_messages": (
+        "gauge",
+        "Dead letters in a DLQ not yet ingested by consume_dlq.",
+        ("broker", "queue"),
+    ),
     "dlq_queue_depth_threshold": (
         "gauge",
         "Depth thresholds of a watched work queue (level: warning, critical, emergency).",
-        ("queue", "level"),
+        ("broker", "queue", "level"),
     ),
 }
 
@@ -141,7 +184,7 @@ class DeadLetterCollector(Collector):
 
 
 def fill(families: Families, *, now: dt.datetime) -> None:
-    label = queue_labels()
+    label = QueueLabels.read()
     _dead_letters(families, label=label, now=now)
     _patterns(families)
     _ingest(families, label=label)
@@ -150,42 +193,70 @@ def fill(families: Families, *, now: dt.datetime) -> None:
     _queues(families, label=label, now=now)
 
 
-def queue_labels() -> dict[str, str]:
-    """Which queue names get a label of their own: watched queues first, then the DLQs holding the most."""
-    ranked: list[str] = []
-    for name, dead_letter_queue in WatchedQueue.objects.filter(enabled=True).values_list("name", "dead_letter_queue"):
-        ranked += [name, dead_letter_queue]
-    totals = DeadLetterCount.objects.values("source_queue").annotate(total=Sum("count")).order_by("-total")
-    ranked += [row["source_queue"] for row in totals]
-    chosen = list(dict.fromkeys(ranked))[: settings.DLQ_METRICS_MAX_QUEUES]
-    return {name: name for name in chosen}
+class QueueLabels:
+    """Which queues get a label of their own, as (broker id, queue name): watched queues first, then the DLQs
+    holding the most. The rest of each broker's queues are summed under queue="other" of that broker."""
+
+    def __init__(self, *, brokers: dict[int, str], chosen: set[QueueKey]) -> None:
+        self.brokers = brokers
+        self.chosen = chosen
+
+    @classmethod
+    def read(cls) -> QueueLabels:
+        ranked: list[QueueKey] = []
+        for broker_id, name, dead_letter_queue in WatchedQueue.objects.filter(enabled=True).values_list(
+            "broker_id", "name", "dead_letter_queue"
+        ):
+            ranked += [(broker_id or 0, name), (broker_id or 0, dead_letter_queue)]
+        totals = (
+            DeadLetterCount.objects.values_list("broker_id", "source_queue")
+            .annotate(total=Sum("count"))
+            .order_by("-total", "source_queue", "broker_id")
+        )
+        ranked += [(broker_id or 0, queue) for broker_id, queue, _total in totals]
+        chosen = set(list(dict.fromkeys(ranked))[: settings.DLQ_METRICS_MAX_QUEUES])
+        return cls(brokers=dict(Broker.objects.values_list("pk", "name")), chosen=chosen)
+
+    def broker(self, broker_id: int | None) -> str:
+        return self.brokers.get(broker_id or 0, DEFAULT)
+
+    def __call__(self, broker_id: int | None, queue: str) -> tuple[str, str]:
+        """The (broker, queue) labels of a queue: its own, or "other" of its broker."""
+        key = (broker_id or 0, queue)
+        return self.broker(broker_id), queue if key in self.chosen else OTHER
+
+    def __contains__(self, key: QueueKey) -> bool:
+        return key in self.chosen
 
 
-def _queue(label: dict[str, str], name: str) -> str:
-    return label.get(name, OTHER)
-
-
-def _dead_letters(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
+def _dead_letters(families: Families, *, label: QueueLabels, now: dt.datetime) -> None:
     # The pattern's triage status lets Prometheus rules leave ignored patterns out, as the console's rules do.
-    cells: dict[tuple[str, str, str, str], int] = defaultdict(int)
-    parked_queues: set[str] = set()
-    for queue, reason, status, pattern_status, total in (
-        DeadLetterCount.objects.values_list("source_queue", "failure_reason", "status", "pattern__status")
+    cells: dict[tuple[str, str, str, str, str], int] = defaultdict(int)
+    parked_queues: set[QueueKey] = set()
+    for broker_id, queue, reason, status, pattern_status, total in (
+        DeadLetterCount.objects.values_list("broker_id", "source_queue", "failure_reason", "status", "pattern__status")
         .annotate(total=Sum("count"))
         .order_by()
     ):
-        cells[(_queue(label, queue), reason, status, pattern_status)] += int(total or 0)
-        if status == DeadLetterStatus.PARKED and total and queue in label:
-            parked_queues.add(queue)
-    for (queue, reason, status, pattern_status), total in sorted(cells.items()):
-        families.add("dlq_dead_letters", total, queue, reason, status, pattern_status)
+        cells[(*label(broker_id, queue), reason, status, pattern_status)] += int(total or 0)
+        if status == DeadLetterStatus.PARKED and total and (broker_id or 0, queue) in label:
+            parked_queues.add((broker_id or 0, queue))
+    for (broker, queue, reason, status, pattern_status), total in sorted(cells.items()):
+        families.add("dlq_dead_letters", total, broker, queue, reason, status, pattern_status)
     # Both walk the (status, ingested_at) or (queue, status, id) index from its oldest end: one row each.
     oldest = DeadLetter.objects.parked().order_by("ingested_at").values_list("ingested_at", flat=True).first()
     families.add("dlq_oldest_parked_dead_letter_age_seconds", _age(oldest, now))
-    for queue in sorted(parked_queues):
-        first = DeadLetter.objects.parked().in_queue(queue).order_by("id").values_list("ingested_at", flat=True).first()
+    for broker_id, queue in sorted(parked_queues, key=lambda key: (key[1], key[0])):
+        first = (
+            DeadLetter.objects.parked()
+            .in_queue(queue)
+            .filter(broker_id=broker_id)
+            .order_by("id")
+            .values_list("ingested_at", flat=True)
+            .first()
+        )
         if first is not None:
-            families.add("dlq_oldest_parked_age_seconds", _age(first, now), queue)
+            families.add("dlq_oldest_parked_age_seconds", _age(first, now), *label(broker_id, queue))
 
 
 def _age(moment: dt.datetime | None, now: dt.datetime) -> float:
@@ -200,19 +271,19 @@ def _patterns(families: Families) -> None:
     families.add("dlq_pattern_reopens", PatternEvent.objects.filter(kind=PatternEvent.Kind.REOPENED).count())
 
 
-def _ingest(families: Families, *, label: dict[str, str]) -> None:
-    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+def _ingest(families: Families, *, label: QueueLabels) -> None:
+    sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for stat in IngestStat.objects.all():
-        queue = _queue(label, stat.source_queue)
+        labels = label(stat.broker_id, stat.source_queue)
         for field in ("received", "inserted", "duplicates", "malformed"):
-            sums[queue][field] += getattr(stat, field)
+            sums[labels][field] += getattr(stat, field)
         if stat.last_batch_at is not None:
-            sums[queue]["last"] = max(sums[queue]["last"], stat.last_batch_at.timestamp())
-    for queue, values in sorted(sums.items()):
+            sums[labels]["last"] = max(sums[labels]["last"], stat.last_batch_at.timestamp())
+    for labels, values in sorted(sums.items()):
         for field in ("received", "inserted", "duplicates", "malformed"):
-            families.add(f"dlq_ingest_{field}", values[field], queue)
+            families.add(f"dlq_ingest_{field}", values[field], *labels)
         if values["last"]:
-            families.add("dlq_ingest_last_batch_timestamp_seconds", values["last"], queue)
+            families.add("dlq_ingest_last_batch_timestamp_seconds", values["last"], *labels)
 
 
 def _operations(families: Families) -> None:
@@ -274,32 +345,36 @@ def _alerts(families: Families) -> None:
         families.add("dlq_notifications_held", total, kind)
 
 
-def _queues(families: Families, *, label: dict[str, str], now: dt.datetime) -> None:
+def _queues(families: Families, *, label: QueueLabels, now: dt.datetime) -> None:
     watched = list(WatchedQueue.objects.filter(enabled=True))
-    roles: dict[str, str] = {}
+    roles: dict[QueueKey, str] = {}
     for queue in watched:
-        roles.setdefault(queue.name, "work")
-        roles.setdefault(queue.dead_letter_queue, "dlq")
-        if queue.name in label:
+        work = (queue.broker_id or 0, queue.name)
+        roles.setdefault(work, "work")
+        roles.setdefault((queue.broker_id or 0, queue.dead_letter_queue), "dlq")
+        if work in label:
             for level in ("warning", "critical", "emergency"):
-                families.add("dlq_queue_depth_threshold", getattr(queue, f"{level}_depth"), queue.name, level)
-    named = [name for name in roles if name in label]
+                families.add("dlq_queue_depth_threshold", getattr(queue, f"{level}_depth"), *label(*work), level)
+    named = {key for key in roles if key in label}
     if not named:
         return
     # Only recent samples: an index range on sampled_at, a few rows per queue (a stale queue shows no depth).
     recent_after = now - dt.timedelta(seconds=max(60.0, 6 * settings.DLQ_QUEUE_SAMPLE_SECONDS))
-    newest: dict[str, Any] = {}
-    for sample in QueueSample.objects.filter(queue__in=named, sampled_at__gte=recent_after).order_by(
-        "queue", "-sampled_at"
-    ):
-        newest.setdefault(sample.queue, sample)
-    for name, sample in sorted(newest.items()):
-        role = roles[name]
-        families.add("dlq_queue_messages", sample.messages, name, role)
-        families.add("dlq_queue_consumers", sample.consumers, name, role)
-        families.add("dlq_queue_sample_timestamp_seconds", sample.sampled_at.timestamp(), name, role)
+    newest: dict[QueueKey, Any] = {}
+    for sample in QueueSample.objects.filter(
+        queue__in={name for _, name in named}, sampled_at__gte=recent_after
+    ).order_by("queue", "broker_id", "-sampled_at"):
+        key = (sample.broker_id or 0, sample.queue)
+        if key in named:
+            newest.setdefault(key, sample)
+    for key, sample in sorted(newest.items(), key=lambda item: (item[0][1], item[0][0])):
+        role = roles[key]
+        labels = label(*key)
+        families.add("dlq_queue_messages", sample.messages, *labels, role)
+        families.add("dlq_queue_consumers", sample.consumers, *labels, role)
+        families.add("dlq_queue_sample_timestamp_seconds", sample.sampled_at.timestamp(), *labels, role)
         if role == "dlq":
-            families.add("dlq_consumer_lag_messages", sample.messages, name)
+            families.add("dlq_consumer_lag_messages", sample.messages, *labels)
 
 
 _registered = False

@@ -16,12 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, Channel
+from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.metrics import DeadLetterCollector, register_collector
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from tests.alerts.conftest import settle
-from tests.factories import parked, rule
+from tests.factories import ParsedDeadLetterFactory, parked, rule, store
 
 pytestmark = [pytest.mark.django_db]
 
@@ -69,12 +70,26 @@ def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
     samples = scrape(client)
 
     assert (
-        value(samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="parked", pattern_status="open")
+        value(
+            samples,
+            "dlq_dead_letters",
+            broker="default",
+            queue="orders.dlq",
+            reason="TIMEOUT",
+            status="parked",
+            pattern_status="open",
+        )
         == 2
     )
     assert (
         value(
-            samples, "dlq_dead_letters", queue="orders.dlq", reason="TIMEOUT", status="replayed", pattern_status="open"
+            samples,
+            "dlq_dead_letters",
+            broker="default",
+            queue="orders.dlq",
+            reason="TIMEOUT",
+            status="replayed",
+            pattern_status="open",
         )
         == 1
     )
@@ -82,6 +97,7 @@ def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
         value(
             samples,
             "dlq_dead_letters",
+            broker="default",
             queue="orders.dlq",
             reason="VALIDATION_FAILED",
             status="parked",
@@ -90,11 +106,19 @@ def test_dead_letters_by_queue_reason_and_status(client: Client) -> None:
         == 2
     )
     assert (
-        value(samples, "dlq_dead_letters", queue="emails.dlq", reason="TIMEOUT", status="parked", pattern_status="open")
+        value(
+            samples,
+            "dlq_dead_letters",
+            broker="default",
+            queue="emails.dlq",
+            reason="TIMEOUT",
+            status="parked",
+            pattern_status="open",
+        )
         == 1
     )
-    assert value(samples, "dlq_ingest_inserted_total", queue="orders.dlq") == 5
-    assert value(samples, "dlq_ingest_received_total", queue="emails.dlq") == 1
+    assert value(samples, "dlq_ingest_inserted_total", broker="default", queue="orders.dlq") == 5
+    assert value(samples, "dlq_ingest_received_total", broker="default", queue="emails.dlq") == 1
 
 
 @pytest.mark.sqlite
@@ -105,7 +129,11 @@ def test_oldest_parked_age(client: Client) -> None:
     samples = scrape(client)
 
     assert 3 * 3600 <= value(samples, "dlq_oldest_parked_dead_letter_age_seconds") < 3 * 3600 + 60
-    assert 3 * 3600 <= value(samples, "dlq_oldest_parked_age_seconds", queue="orders.dlq") < 3 * 3600 + 60
+    assert (
+        3 * 3600
+        <= value(samples, "dlq_oldest_parked_age_seconds", broker="default", queue="orders.dlq")
+        < 3 * 3600 + 60
+    )
 
 
 @pytest.mark.sqlite
@@ -166,11 +194,11 @@ def test_queue_depths_consumer_lag_and_thresholds(client: Client) -> None:
 
     samples = scrape(client)
 
-    assert value(samples, "dlq_queue_messages", queue="orders", role="work") == 230
-    assert value(samples, "dlq_queue_consumers", queue="orders", role="work") == 3
-    assert value(samples, "dlq_queue_messages", queue="orders.dlq", role="dlq") == 7
-    assert value(samples, "dlq_consumer_lag_messages", queue="orders.dlq") == 7
-    assert value(samples, "dlq_queue_depth_threshold", queue="orders", level="critical") == 200
+    assert value(samples, "dlq_queue_messages", broker="default", queue="orders", role="work") == 230
+    assert value(samples, "dlq_queue_consumers", broker="default", queue="orders", role="work") == 3
+    assert value(samples, "dlq_queue_messages", broker="default", queue="orders.dlq", role="dlq") == 7
+    assert value(samples, "dlq_consumer_lag_messages", broker="default", queue="orders.dlq") == 7
+    assert value(samples, "dlq_queue_depth_threshold", broker="default", queue="orders", level="critical") == 200
 
 
 @override_settings(DLQ_METRICS_MAX_QUEUES=2)
@@ -182,9 +210,18 @@ def test_queue_labels_are_capped_and_no_label_names_a_pattern_or_message(client:
 
     assert labels_of(samples, "dlq_dead_letters", "queue") == {"q0.dlq", "q1.dlq", "other"}
     assert (
-        value(samples, "dlq_dead_letters", queue="other", reason="TIMEOUT", status="parked", pattern_status="open") == 5
+        value(
+            samples,
+            "dlq_dead_letters",
+            broker="default",
+            queue="other",
+            reason="TIMEOUT",
+            status="parked",
+            pattern_status="open",
+        )
+        == 5
     )
-    assert value(samples, "dlq_ingest_inserted_total", queue="other") == 5
+    assert value(samples, "dlq_ingest_inserted_total", broker="default", queue="other") == 5
     every_label = {label for _, key in samples for label, _ in key}
     assert not every_label & {"pattern", "pattern_id", "message", "message_id", "fingerprint"}
 
@@ -253,3 +290,52 @@ def test_the_example_prometheus_config_with_its_authorization_block_is_valid(tmp
 
     assert "authorization:\n" in config and "credentials_file: " + str(tmp_path) in config
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def two_brokers() -> Broker:
+    """The broker staging beside default, each with a watched `orders` and dead letters in `orders.dlq`."""
+    staging = Broker.objects.create(name="staging", url="amqp://guest@127.0.0.1:5672/staging")
+    parked(2, queue="orders.dlq")
+    store(*ParsedDeadLetterFactory.build_batch(3, source_queue="orders.dlq", broker_id=staging.pk))
+    now = timezone.now()
+    for broker, depth in ((None, 10), (staging, 40)):
+        fields = {"broker": broker} if broker else {}
+        WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="x", **fields)
+        QueueSample.objects.create(queue="orders", messages=depth, consumers=1, sampled_at=now, **fields)
+    return staging
+
+
+def test_the_same_queue_on_two_brokers_is_two_series_told_apart_by_the_broker_label(client: Client) -> None:
+    two_brokers()
+
+    samples = scrape(client)
+
+    cell = {"queue": "orders.dlq", "reason": "TIMEOUT", "status": "parked", "pattern_status": "open"}
+    assert value(samples, "dlq_dead_letters", broker="default", **cell) == 2
+    assert value(samples, "dlq_dead_letters", broker="staging", **cell) == 3
+    assert value(samples, "dlq_ingest_inserted_total", broker="default", queue="orders.dlq") == 2
+    assert value(samples, "dlq_ingest_inserted_total", broker="staging", queue="orders.dlq") == 3
+    assert value(samples, "dlq_queue_messages", broker="default", queue="orders", role="work") == 10
+    assert value(samples, "dlq_queue_messages", broker="staging", queue="orders", role="work") == 40
+    assert value(samples, "dlq_queue_depth_threshold", broker="staging", queue="orders", level="warning") == 50
+    assert value(samples, "dlq_oldest_parked_age_seconds", broker="staging", queue="orders.dlq") >= 0
+    # Every series that names a queue names its broker.
+    for (name, key), _ in samples.items():
+        labels = dict(key)
+        assert "queue" not in labels or labels.get("broker") in {"default", "staging"}, name
+
+
+@override_settings(DLQ_METRICS_MAX_QUEUES=3)
+def test_the_cap_counts_broker_and_queue_pairs_and_sums_the_rest_per_broker(client: Client) -> None:
+    two_brokers()  # the watched pairs come first: (default, orders), (default, orders.dlq), (staging, orders) ...
+
+    samples = scrape(client)
+
+    cell = {"reason": "TIMEOUT", "status": "parked", "pattern_status": "open"}
+    assert value(samples, "dlq_dead_letters", broker="default", queue="orders.dlq", **cell) == 2
+    assert value(samples, "dlq_dead_letters", broker="staging", queue="other", **cell) == 3
+    assert value(samples, "dlq_ingest_inserted_total", broker="staging", queue="other") == 3
+    staging_queues = {
+        dict(key)["queue"] for name, key in samples if name == "dlq_dead_letters" and ("broker", "staging") in key
+    }
+    assert staging_queues == {"other"}

@@ -38,6 +38,7 @@ class AlertRuleAdminForm(forms.ModelForm[AlertRule]):
         fields = [
             "name",
             "kind",
+            "broker",
             "queue",
             "pattern",
             "threshold",
@@ -69,8 +70,9 @@ class AlertRuleAdmin(AuditedModelAdmin[AlertRule]):
     # Rules are the admin role's, as on the console's rule pages (which refuse other roles).
     view_role = ADMIN
     form = AlertRuleAdminForm
-    list_display = ["name", "kind", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
-    list_filter = ["kind", "severity", "enabled"]
+    list_display = ["name", "kind", "broker", "queue", "pattern", "threshold", "severity", "enabled", "silenced_until"]
+    list_filter = ["kind", "broker", "severity", "enabled"]
+    list_select_related = ["broker", "pattern"]
     search_fields = ["name", "queue"]
     raw_id_fields = ["pattern"]
     filter_horizontal = ["channels"]

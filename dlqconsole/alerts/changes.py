@@ -34,7 +34,7 @@ from dlqconsole.deadletters.templatetags.charts import stamp
 Actor = AbstractBaseUser | AnonymousUser | None
 
 # The rule fields that change what an alert means; editing them closes the rule's open alerts.
-CONDITION_FIELDS = ("kind", "queue", "pattern_id", "threshold", "window_seconds", "severity")
+CONDITION_FIELDS = ("kind", "broker_id", "queue", "pattern_id", "threshold", "window_seconds", "severity")
 
 
 def acknowledge_alert(*, alert: Alert, actor: Actor, now: dt.datetime | None = None) -> Alert:

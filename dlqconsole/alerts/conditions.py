@@ -1,40 +1,30 @@
 """What each rule kind looks at, and which subjects it holds for right now.
 
-One evaluation tick builds one Facts object. Facts reads each thing at most once and only when a rule asks:
-counter sums (DeadLetterCount), the newest queue samples, running totals a window ago (GrowthSample), one
-indexed lookup per queue for the oldest parked dead letter. Nothing here counts dead letters row by row, so a
-tick costs the same with a thousand stored dead letters or a million.
+One evaluation tick builds one Facts object (facts.py), which reads each thing at most once and only when a rule
+asks. A rule scoped to a broker looks at that broker's queues only; one covering every broker raises one alert per
+(broker, queue), so `orders.dlq` on two brokers is two subjects (subjects.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from django.conf import settings
-from django.db import connection
-from django.db.models import Sum
 from django.urls import NoReverseMatch, reverse
+from django.utils.http import urlencode
 
-from dlqconsole.alerts.models import AlertRule, GrowthSample, RuleKind, Severity
+from dlqconsole.alerts.facts import Facts, PatternFacts, QueueKey, queue_key
+from dlqconsole.alerts.models import AlertRule, RuleKind, Severity
+from dlqconsole.alerts.subjects import pattern_growth_key, pattern_subject, subject_pattern_id
 from dlqconsole.core.bidi import isolate
-from dlqconsole.deadletters.models import (
-    DeadLetter,
-    DeadLetterCount,
-    DeadLetterStatus,
-    FailurePattern,
-    PatternEvent,
-    PatternOrigin,
-    PatternStatus,
-)
-from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from dlqconsole.operations.models import Operation, OperationStatus
+from dlqconsole.deadletters.models import PatternStatus
+from dlqconsole.ingest.models import WatchedQueue
+
+# Facts and PatternFacts are read from here too (the benchmarks, the tests).
+__all__ = ["EVALUATORS", "Facts", "Observation", "PatternFacts", "RuleResult", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -54,28 +44,6 @@ class RuleResult:
     unknown: set[str] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
-class PatternFacts:
-    pk: int
-    status: str
-    template: str
-    total_count: int
-    merged: bool
-
-
-def queue_subject(name: str) -> str:
-    return f"queue:{name}"
-
-
-def pattern_subject(pk: int) -> str:
-    return f"pattern:{pk}"
-
-
-def subject_pattern_id(subject: str) -> int | None:
-    kind, _, rest = subject.partition(":")
-    return int(rest) if kind == "pattern" and rest.isdigit() else None
-
-
 @functools.lru_cache(maxsize=4096)
 def safe_reverse(name: str, *args: Any, query: str = "") -> str:
     """A console path for a link, or "" when that page does not exist (links are a convenience). Cached: the
@@ -87,245 +55,6 @@ def safe_reverse(name: str, *args: Any, query: str = "") -> str:
     return f"{path}?{query}" if query else path
 
 
-class Facts:
-    """What one tick knows. Every property is read lazily and at most once."""
-
-    def __init__(self, *, now: dt.datetime, open_subjects: dict[int, set[str]] | None = None) -> None:
-        self.now = now
-        self.open_subjects = open_subjects or {}
-        self.totals: dict[str, tuple[int, str]] = {}
-        self._pattern_cache: dict[int, PatternFacts | None] = {}
-        self._parked_cache: dict[int, dict[str, int]] = {}
-        self._candidates: dict[tuple[str, dt.datetime], set[int]] = {}
-        self._oldest_cache: dict[str, dt.datetime | None] = {}
-        self._baseline_cache: dict[tuple[str, int], int | None] = {}
-
-    # Counters ----------------------------------------------------------------------------------------------
-
-    @cached_property
-    def counts(self) -> dict[tuple[str, str], int]:
-        """{(queue, status): dead letters}, leaving out ignored patterns (they never alert)."""
-        rows = (
-            DeadLetterCount.objects.exclude(pattern__status=PatternStatus.IGNORED)
-            .values_list("source_queue", "status")
-            .annotate(total=Sum("count"))
-        )
-        return {(queue, status): int(total or 0) for queue, status, total in rows}
-
-    @cached_property
-    def parked_by_queue(self) -> dict[str, int]:
-        return {
-            queue: count
-            for (queue, status), count in self.counts.items()
-            if status == DeadLetterStatus.PARKED and count > 0
-        }
-
-    @cached_property
-    def stored_by_queue(self) -> dict[str, int]:
-        """Dead letters of each queue in the database, whatever their status: with the broker depth, a total
-        that only moves when dead letters arrive (or are purged)."""
-        stored: dict[str, int] = defaultdict(int)
-        for (queue, _status), count in self.counts.items():
-            stored[queue] += count
-        return dict(stored)
-
-    def parked_of_patterns(self, pattern_ids: Iterable[int], *, queue: str = "") -> dict[int, int]:
-        """Parked dead letters of each pattern, in the given queue scope ("" for every queue)."""
-        ids = set(pattern_ids)
-        wanted = [pk for pk in ids if pk not in self._parked_cache]
-        if wanted:
-            for pk in wanted:
-                self._parked_cache[pk] = {}
-            rows = (
-                DeadLetterCount.objects.filter(pattern_id__in=wanted, status=DeadLetterStatus.PARKED, count__gt=0)
-                .values_list("pattern_id", "source_queue")
-                .annotate(total=Sum("count"))
-                .order_by()
-            )
-            for pattern_id, source_queue, total in rows:
-                self._parked_cache[pattern_id][source_queue] = int(total or 0)
-        names = self.queue_names(queue) if queue else None
-        return {
-            pk: sum(count for name, count in self._parked_cache[pk].items() if names is None or name in names)
-            for pk in ids
-        }
-
-    def patterns(self, pattern_ids: Iterable[int]) -> dict[int, PatternFacts]:
-        wanted = [pk for pk in set(pattern_ids) if pk not in self._pattern_cache]
-        if wanted:
-            self._pattern_cache.update(dict.fromkeys(wanted))
-            for pk, status, template, total, merged_into in FailurePattern.objects.filter(pk__in=wanted).values_list(
-                "pk", "status", "template", "total_count", "merged_into_id"
-            ):
-                self._pattern_cache[pk] = PatternFacts(pk, status, template, total, merged_into is not None)
-        return {pk: facts for pk in set(pattern_ids) if (facts := self._pattern_cache[pk]) is not None}
-
-    # Queues --------------------------------------------------------------------------------------------------
-
-    @cached_property
-    def watched(self) -> list[WatchedQueue]:
-        return list(WatchedQueue.objects.filter(enabled=True))
-
-    @cached_property
-    def work_queue_of(self) -> dict[str, str]:
-        return {queue.dead_letter_queue: queue.name for queue in self.watched}
-
-    @cached_property
-    def _pairs(self) -> dict[str, set[str]]:
-        pairs: dict[str, set[str]] = defaultdict(set)
-        for queue in self.watched:
-            for name in (queue.name, queue.dead_letter_queue):
-                pairs[name] |= {queue.name, queue.dead_letter_queue}
-        return pairs
-
-    def queue_names(self, name: str) -> set[str]:
-        """A rule's queue scope names a DLQ or a work queue; either way it means both of them."""
-        return self._pairs.get(name) or {name}
-
-    def in_scope(self, rule: AlertRule, queue: str) -> bool:
-        return not rule.queue or queue in self.queue_names(rule.queue)
-
-    @cached_property
-    def dead_letter_queues(self) -> set[str]:
-        """Every DLQ we know of: watched ones and those that have dead letters stored."""
-        return set(self.work_queue_of) | set(self.stored_by_queue)
-
-    @cached_property
-    def samples(self) -> dict[str, QueueSample]:
-        """The newest fresh sample of each watched work queue and DLQ (none when the sampler is behind)."""
-        names = {queue.name for queue in self.watched} | set(self.work_queue_of)
-        if not names:
-            return {}
-        fresh_after = self.now - dt.timedelta(seconds=max(30.0, 3 * settings.DLQ_QUEUE_SAMPLE_SECONDS))
-        newest: dict[str, QueueSample] = {}
-        for sample in QueueSample.objects.filter(
-            queue__in=names, sampled_at__gte=fresh_after, sampled_at__lte=self.now
-        ).order_by("queue", "-sampled_at"):
-            newest.setdefault(sample.queue, sample)
-        return newest
-
-    def broker_depth(self, dead_letter_queue: str) -> int:
-        """Messages still in the broker's DLQ, not yet ingested (0 when unknown)."""
-        sample = self.samples.get(dead_letter_queue)
-        return int(sample.messages) if sample is not None else 0
-
-    # Growth --------------------------------------------------------------------------------------------------
-
-    @cached_property
-    def ignored_basis(self) -> str:
-        """A short hash of the set of ignored patterns (see GrowthSample.basis)."""
-        ignored = (
-            FailurePattern.objects.filter(status=PatternStatus.IGNORED).order_by("pk").values_list("pk", flat=True)
-        )
-        return hashlib.blake2b(",".join(map(str, ignored)).encode(), digest_size=8).hexdigest()
-
-    def record_total(self, subject: str, total: int, *, basis: str = "") -> None:
-        self.totals[subject] = (total, basis)
-
-    def totals_before(self, subjects: list[str], window_seconds: int, *, basis: str = "") -> dict[str, int | None]:
-        """For each subject, the running total recorded a window ago, or the oldest one within the window while
-        the history is shorter than the window (None when there is none at all). One statement for all subjects
-        not asked for yet: two scalar subqueries per subject, each one step on the (subject, -sampled_at) index."""
-        wanted = [subject for subject in subjects if (subject, window_seconds) not in self._baseline_cache]
-        if wanted:
-            cutoff = self.now - dt.timedelta(seconds=window_seconds)
-            table = GrowthSample._meta.db_table
-            probe = (
-                f"SELECT %s, COALESCE((SELECT total FROM {table} WHERE subject = %s AND basis = %s AND "
-                "sampled_at <= %s ORDER BY sampled_at DESC LIMIT 1), (SELECT total FROM {table} WHERE subject = %s "
-                "AND basis = %s AND sampled_at > %s AND sampled_at < %s ORDER BY sampled_at LIMIT 1))"
-            ).replace("{table}", table)
-            field = GrowthSample._meta.get_field("sampled_at")
-            cutoff_value = field.get_db_prep_value(cutoff, connection)
-            now_value = field.get_db_prep_value(self.now, connection)
-            params: list[Any] = []
-            for subject in wanted:
-                params += [subject, subject, basis, cutoff_value, subject, basis, cutoff_value, now_value]
-            with connection.cursor() as cursor:
-                cursor.execute(" UNION ALL ".join([probe] * len(wanted)), params)
-                for subject, total in cursor.fetchall():
-                    self._baseline_cache[(subject, window_seconds)] = None if total is None else int(total)
-        return {subject: self._baseline_cache[(subject, window_seconds)] for subject in subjects}
-
-    # Oldest parked dead letter -------------------------------------------------------------------------------
-
-    def oldest_parked(self, *, queue: str = "", pattern_id: int | None = None) -> dt.datetime | None:
-        if pattern_id is not None:
-            key = f"pattern:{pattern_id}"
-            if key not in self._oldest_cache:
-                # Walks the (pattern, status, -id) index from its oldest end and stops at the first row.
-                self._oldest_cache[key] = (
-                    DeadLetter.objects.parked()
-                    .filter(pattern_id=pattern_id)
-                    .order_by("id")
-                    .values_list("ingested_at", flat=True)
-                    .first()
-                )
-            return self._oldest_cache[key]
-        return self.oldest_parked_by_queue.get(queue)
-
-    @cached_property
-    def oldest_parked_by_queue(self) -> dict[str, dt.datetime | None]:
-        """The oldest parked dead letter (ignored patterns left out) of every queue with parked ones, in one
-        statement: a scalar subquery per queue, each walking the (queue, status, -id) index from its oldest end
-        until it meets a pattern that is not ignored."""
-        queues = sorted(self.parked_by_queue)
-        if not queues:
-            return {}
-        letters = DeadLetter._meta.db_table
-        patterns = FailurePattern._meta.db_table
-        probe = (
-            f"SELECT %s, (SELECT d.ingested_at FROM {letters} d JOIN {patterns} p ON p.id = d.pattern_id "
-            "WHERE d.source_queue = %s AND d.status = %s AND p.status <> %s ORDER BY d.id LIMIT 1)"
-        )
-        sql = " UNION ALL ".join([probe] * len(queues))
-        params: list[Any] = []
-        for name in queues:
-            params += [name, name, DeadLetterStatus.PARKED, PatternStatus.IGNORED]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        # Raw rows skip the ORM: let the backend turn its value into an aware datetime (SQLite returns text).
-        column = DeadLetter._meta.get_field("ingested_at").get_col(letters)
-        converters = connection.ops.get_db_converters(column)
-        found: dict[str, dt.datetime | None] = {}
-        for name, moment in rows:
-            for converter in converters:
-                moment = converter(moment, column, connection)
-            found[name] = moment
-        return found
-
-    # Candidates shared by rules with the same window ----------------------------------------------------------
-
-    def new_pattern_ids(self, since: dt.datetime) -> set[int]:
-        key = ("new", since)
-        if key not in self._candidates:
-            self._candidates[key] = set(
-                FailurePattern.objects.active()
-                .filter(status=PatternStatus.OPEN, last_seen_at__gte=since, first_seen_at__gte=since)
-                # A rule's pattern (a custom rule or a split) was named by a person: it is known, not new.
-                .exclude(origin=PatternOrigin.RULE)
-                .values_list("pk", flat=True)
-            )
-        return self._candidates[key]
-
-    def reopened_pattern_ids(self, since: dt.datetime) -> set[int]:
-        key = ("reopened", since)
-        if key not in self._candidates:
-            self._candidates[key] = set(
-                PatternEvent.objects.filter(kind=PatternEvent.Kind.REOPENED, created_at__gte=since).values_list(
-                    "pattern_id", flat=True
-                )
-            )
-        return self._candidates[key]
-
-    @cached_property
-    def paused_operations(self) -> list[Any]:
-        """Operations that paused themselves. A person who pauses one knows it already: that does not alert."""
-        paused = Operation.objects.filter(status=OperationStatus.PAUSED, paused_automatically=True)
-        return list(paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"))
-
-
 # Rule kinds ----------------------------------------------------------------------------------------------------
 
 
@@ -334,8 +63,12 @@ def _plural(count: float, word: str) -> str:
     return f"{number:,} {word}" if number == 1 else f"{number:,} {word}s"
 
 
-def _queue_link(queue: str) -> str:
-    return safe_reverse("deadletters:messages", query=f"queue={queue}")
+def _queue_link(key: QueueKey, facts: Facts) -> str:
+    """The queue's dead letters on the messages page, narrowed to its broker where there are several."""
+    query = {"queue": key[1]}
+    if facts.several_brokers:
+        query["broker"] = facts.broker_name(key[0])
+    return safe_reverse("deadletters:messages", query=urlencode(query))
 
 
 def _pattern_link(pk: int) -> str:
@@ -357,33 +90,42 @@ def _pattern_label(pattern: PatternFacts) -> str:
     return isolate(cut.rstrip(" ,;:·←→") + "…")
 
 
+def _on_broker(rule: AlertRule, facts: Facts) -> str:
+    """ " on staging" after a pattern's text when the rule looks at one broker of several, else nothing."""
+    if rule.broker_id is None or not facts.several_brokers:
+        return ""
+    return f" on {facts.broker_name(rule.broker_id)}"
+
+
 def dlq_not_empty(rule: AlertRule, facts: Facts) -> RuleResult:
     threshold = rule.effective_threshold or 0
     result = RuleResult()
     if rule.pattern_id is not None:
         pattern = facts.patterns([rule.pattern_id]).get(rule.pattern_id)
-        parked = facts.parked_of_patterns([rule.pattern_id]).get(rule.pattern_id, 0)
+        parked = facts.parked_of_patterns([rule.pattern_id], rule=rule).get(rule.pattern_id, 0)
         if pattern is not None and pattern.status != PatternStatus.IGNORED and parked > threshold:
+            where = _on_broker(rule, facts)
             result.holding[pattern_subject(pattern.pk)] = Observation(
-                label=_pattern_label(pattern),
+                label=_pattern_label(pattern) + where,
                 value=parked,
-                summary=f"{_plural(parked, 'dead letter')} parked in pattern “{_pattern_label(pattern)}”.",
+                summary=f"{_plural(parked, 'dead letter')} parked in pattern “{_pattern_label(pattern)}”{where}.",
                 link=_pattern_link(pattern.pk),
             )
         return result
-    for queue in sorted(facts.dead_letter_queues):
-        if not facts.in_scope(rule, queue):
+    for key in facts.dead_letter_queues:
+        if not facts.in_scope(rule, key):
             continue
-        parked = facts.parked_by_queue.get(queue, 0)
-        in_broker = facts.broker_depth(queue)
+        parked = facts.parked_by_queue.get(key, 0)
+        in_broker = facts.broker_depth(key)
         waiting = parked + in_broker
         if waiting > threshold:
             detail = f" ({in_broker:,} not yet ingested)" if in_broker else ""
-            result.holding[queue_subject(queue)] = Observation(
-                label=isolate(queue),
+            label = facts.label(key)
+            result.holding[facts.subject(key)] = Observation(
+                label=label,
                 value=waiting,
-                summary=f"{isolate(queue)}: {_plural(waiting, 'dead letter')} waiting{detail}.",
-                link=_queue_link(queue),
+                summary=f"{label}: {_plural(waiting, 'dead letter')} waiting{detail}.",
+                link=_queue_link(key, facts),
             )
     return result
 
@@ -394,27 +136,35 @@ def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
     # A pattern's total_count only grows. A queue's total is what it holds in the database (ignored patterns
     # left out) plus what still waits in the broker's DLQ: ingest moves dead letters from one to the other
     # without changing the sum, arrivals raise it, and only a purge lowers it (growth then reads low for one
-    # window, never high).
-    totals: dict[str, tuple[str, int, str, str]] = {}
+    # window, never high). A pattern on one broker totals what the counters hold of it there, the same way.
+    # {alert subject: (growth key, label, total, basis, link)}: the growth key is the subject, except for a pattern
+    # on one broker, whose total is not the pattern's and is recorded apart from it.
+    totals: dict[str, tuple[str, str, int, str, str]] = {}
     if rule.pattern_id is not None:
         pattern = facts.patterns([rule.pattern_id]).get(rule.pattern_id)
         if pattern is not None and pattern.status != PatternStatus.IGNORED:
-            label = _pattern_label(pattern)
-            totals[pattern_subject(pattern.pk)] = (label, pattern.total_count, "", _pattern_link(pattern.pk))
+            subject, link = pattern_subject(pattern.pk), _pattern_link(pattern.pk)
+            if rule.broker_id is None:
+                totals[subject] = (subject, _pattern_label(pattern), pattern.total_count, "", link)
+            else:
+                growth_key = pattern_growth_key(pattern.pk, broker=facts.broker_name(rule.broker_id))
+                label = _pattern_label(pattern) + _on_broker(rule, facts)
+                total = facts.stored_of_pattern(pattern.pk, broker_id=rule.broker_id)
+                totals[subject] = (growth_key, label, total, "", link)
     else:
-        for queue in sorted(facts.dead_letter_queues):
-            if facts.in_scope(rule, queue):
-                total = facts.stored_by_queue.get(queue, 0) + facts.broker_depth(queue)
-                totals[queue_subject(queue)] = (isolate(queue), total, facts.ignored_basis, _queue_link(queue))
+        for key in facts.dead_letter_queues:
+            if facts.in_scope(rule, key):
+                subject = facts.subject(key)
+                total = facts.stored_by_queue.get(key, 0) + facts.broker_depth(key)
+                totals[subject] = (subject, facts.label(key), total, facts.ignored_basis, _queue_link(key, facts))
     result = RuleResult()
-    bases = {basis for _label, _total, basis, _link in totals.values()}
     before_of: dict[str, int | None] = {}
-    for basis in bases:
-        same = [subject for subject, values in totals.items() if values[2] == basis]
+    for basis in {values[3] for values in totals.values()}:
+        same = [values[0] for values in totals.values() if values[3] == basis]
         before_of.update(facts.totals_before(same, window, basis=basis))
-    for subject, (label, total, basis, link) in totals.items():
-        facts.record_total(subject, total, basis=basis)
-        before = before_of[subject]
+    for subject, (growth_key, label, total, basis, link) in totals.items():
+        facts.record_total(growth_key, total, basis=basis)
+        before = before_of[growth_key]
         if before is None:
             result.unknown.add(subject)
             continue
@@ -438,21 +188,25 @@ def depth_threshold(queue: WatchedQueue, severity: str) -> int:
 
 
 def queue_depth(rule: AlertRule, facts: Facts) -> RuleResult:
+    """Each watched work queue against the rule's threshold, or against its own (its broker's row) for the rule's
+    severity."""
     result = RuleResult()
     for queue in facts.watched:
-        if not facts.in_scope(rule, queue.name):
+        key = queue_key(queue.broker_id, queue.name)
+        if not facts.in_scope(rule, key):
             continue
-        subject = queue_subject(queue.name)
-        sample = facts.samples.get(queue.name)
+        subject = facts.subject(key)
+        sample = facts.samples.get(key)
         if sample is None:
             result.unknown.add(subject)
             continue
         threshold = rule.threshold if rule.threshold is not None else depth_threshold(queue, rule.severity)
         if sample.messages >= threshold:
+            label = facts.label(key)
             result.holding[subject] = Observation(
-                label=isolate(queue.name),
+                label=label,
                 value=sample.messages,
-                summary=f"{isolate(queue.name)}: {_plural(sample.messages, 'message')} ready "
+                summary=f"{label}: {_plural(sample.messages, 'message')} ready "
                 f"({rule.severity} at {threshold:g}), {_plural(sample.consumers, 'consumer')}.",
                 link=safe_reverse("alerts:queues"),
             )
@@ -464,11 +218,13 @@ def _open_pattern_ids(rule: AlertRule, facts: Facts) -> set[int]:
 
 
 def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
-    """A pattern first seen within the window, still open (not triaged) and with dead letters parked."""
+    """A pattern first seen within the window, still open (not triaged) and with dead letters parked (in the
+    rule's broker and queue, when it names them)."""
     since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
     ids = facts.new_pattern_ids(since) | _open_pattern_ids(rule, facts)
     patterns = facts.patterns(ids)
-    parked = facts.parked_of_patterns(ids, queue=rule.queue)
+    parked = facts.parked_of_patterns(ids, rule=rule)
+    where = _on_broker(rule, facts)
     result = RuleResult()
     for pk in sorted(ids):
         pattern = patterns.get(pk)
@@ -476,31 +232,34 @@ def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
         if pattern is None or pattern.merged or pattern.status != PatternStatus.OPEN or count <= 0:
             continue
         result.holding[pattern_subject(pk)] = Observation(
-            label=_pattern_label(pattern),
+            label=_pattern_label(pattern) + where,
             value=count,
-            summary=f"New failure pattern “{_pattern_label(pattern)}”: {_plural(count, 'dead letter')} parked.",
+            summary=f"New failure pattern “{_pattern_label(pattern)}”{where}: {_plural(count, 'dead letter')} parked.",
             link=_pattern_link(pk),
         )
     return result
 
 
 def pattern_reopened(rule: AlertRule, facts: Facts) -> RuleResult:
-    """A resolved pattern that came back within the window, until someone triages it again."""
+    """A resolved pattern that came back within the window, until someone triages it again (with dead letters
+    parked in the rule's broker and queue, when it names them)."""
     since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
     ids = facts.reopened_pattern_ids(since) | _open_pattern_ids(rule, facts)
     patterns = facts.patterns(ids)
-    parked = facts.parked_of_patterns(ids, queue=rule.queue) if rule.queue else {}
+    scoped = bool(rule.queue) or rule.broker_id is not None
+    parked = facts.parked_of_patterns(ids, rule=rule) if scoped else {}
+    where = _on_broker(rule, facts)
     result = RuleResult()
     for pk in sorted(ids):
         pattern = patterns.get(pk)
         if pattern is None or pattern.merged or pattern.status != PatternStatus.OPEN:
             continue
-        if rule.queue and parked.get(pk, 0) <= 0:
+        if scoped and parked.get(pk, 0) <= 0:
             continue
         result.holding[pattern_subject(pk)] = Observation(
-            label=_pattern_label(pattern),
+            label=_pattern_label(pattern) + where,
             value=pattern.total_count,
-            summary=f"Resolved pattern “{_pattern_label(pattern)}” is failing again.",
+            summary=f"Resolved pattern “{_pattern_label(pattern)}” is failing again{where}.",
             link=_pattern_link(pk),
         )
     return result
@@ -513,14 +272,14 @@ def oldest_age(rule: AlertRule, facts: Facts) -> RuleResult:
     if rule.pattern_id is not None:
         pattern = facts.patterns([rule.pattern_id]).get(rule.pattern_id)
         if pattern is not None and pattern.status != PatternStatus.IGNORED:
-            oldest = facts.oldest_parked(pattern_id=pattern.pk)
-            candidates.append((pattern_subject(pattern.pk), _pattern_label(pattern), oldest, _pattern_link(pattern.pk)))
+            oldest = facts.oldest_parked_of_pattern(pattern.pk, broker_id=rule.broker_id)
+            label = _pattern_label(pattern) + _on_broker(rule, facts)
+            candidates.append((pattern_subject(pattern.pk), label, oldest, _pattern_link(pattern.pk)))
     else:
-        for queue in sorted(facts.parked_by_queue):
-            if facts.in_scope(rule, queue):
-                candidates.append(
-                    (queue_subject(queue), isolate(queue), facts.oldest_parked(queue=queue), _queue_link(queue))
-                )
+        for key in sorted(facts.parked_by_queue, key=lambda key: (key[1], key[0])):
+            if facts.in_scope(rule, key):
+                oldest = facts.oldest_parked_by_queue.get(key)
+                candidates.append((facts.subject(key), facts.label(key), oldest, _queue_link(key, facts)))
     for subject, label, oldest, link in candidates:
         if oldest is None:
             continue
@@ -543,13 +302,23 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+def _listed(operation_filter: Any, name: str) -> list[str]:
+    values = operation_filter.get(name) if isinstance(operation_filter, dict) else None
+    return [str(value) for value in values] if isinstance(values, list) else []
+
+
 def operation_paused(rule: AlertRule, facts: Facts) -> RuleResult:
-    """An operation that paused itself: canary judged bad, too many boomerangs, circuit breaker, an error."""
+    """An operation that paused itself: canary judged bad, too many boomerangs, circuit breaker, an error. A rule
+    scoped to a broker or queue skips operations whose filter names only other brokers or queues."""
     result = RuleResult()
+    by_name = {name: pk for pk, name in facts.broker_names.items()}
     for operation in facts.paused_operations:
-        queues = (operation.filter or {}).get("queue") if isinstance(operation.filter, dict) else None
-        names = [str(name) for name in queues] if isinstance(queues, list) else []
-        if rule.queue and names and not any(facts.in_scope(rule, name) for name in names):
+        names = _listed(operation.filter, "queue")
+        brokers = [by_name[name] for name in _listed(operation.filter, "broker") if name in by_name]
+        if rule.broker_id is not None and brokers and rule.broker_id not in brokers:
+            continue
+        candidates = brokers or ([rule.broker_id] if rule.broker_id is not None else list(facts.broker_names))
+        if rule.queue and names and not any(facts.in_scope(rule, (b, n)) for b in candidates for n in names):
             continue
         label = f"{operation.get_kind_display()} #{operation.pk}"
         reason = isolate(operation.pause_reason or "no reason recorded")

@@ -65,6 +65,8 @@ def notification_context(alert: Alert, *, kind: str) -> dict[str, Any]:
         "severity": alert.severity,
         "status": alert.status,
         "subject": alert.subject,
+        # The broker of the alert's queue (or of its rule); "" when it spans brokers.
+        "broker": alert.broker_name,
         "label": alert.subject_label,
         "summary": alert.summary,
         "value": alert.value,

@@ -136,7 +136,7 @@ def send_open_alerts(*, channel: Channel, actor: Actor) -> Notification:
         for alert in Alert.objects.filter(
             status__in=(AlertStatus.FIRING, AlertStatus.ACKNOWLEDGED), rule__channels=channel
         )
-        .select_related("rule")
+        .select_related("rule__broker")
         .distinct()
         .order_by("fired_at", "pk")[:OPEN_SUMMARY_LIMIT]
         if not _silenced(alert, now=now)

@@ -72,7 +72,7 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
         state = _lock_state()
         if state is None:
             return TickResult(skipped=True)
-        rules = list(AlertRule.objects.enabled().select_related("pattern").prefetch_related("channels"))
+        rules = list(AlertRule.objects.enabled().select_related("pattern", "broker").prefetch_related("channels"))
         open_alerts: dict[int, dict[str, Alert]] = defaultdict(dict)
         orphans: list[Alert] = []
         enabled_ids = {rule.pk for rule in rules}

@@ -20,6 +20,8 @@ from dlqconsole.alerts.models import (
     RuleKind,
 )
 from dlqconsole.alerts.notifiers import NOTIFIERS
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.durations import format_duration, parse_duration
 from dlqconsole.deadletters.models import DeadLetterCount, FailurePattern
 from dlqconsole.ingest.models import WatchedQueue
@@ -103,24 +105,43 @@ KIND_DEFAULTS: dict[str, dict[str, str]] = {
 # The form's sections, in order: (title, fields).
 RULE_SECTIONS = [
     ("What", ["name", "kind", "severity", "enabled"]),
-    ("Scope", ["queue", "pattern"]),
+    ("Scope", ["broker", "queue", "pattern"]),
     ("When", ["threshold", "age", "window_seconds", "for_seconds"]),
     ("Who to tell", ["channels", "cooldown_seconds", "reminder_seconds"]),
 ]
 
 
-def known_queues() -> list[str]:
-    """Queue names a rule's scope can name: watched work queues, their DLQs, and DLQs holding dead letters."""
-    names = set(WatchedQueue.objects.values_list("name", flat=True))
-    names.update(WatchedQueue.objects.values_list("dead_letter_queue", flat=True))
-    names.update(DeadLetterCount.objects.values_list("source_queue", flat=True).distinct())
+def known_queues(broker: Broker | None = None) -> list[str]:
+    """Queue names a rule's scope can name: watched work queues, their DLQs, and DLQs holding dead letters (of one
+    broker, or of any)."""
+    watched = WatchedQueue.objects.all() if broker is None else WatchedQueue.objects.filter(broker=broker)
+    counted = DeadLetterCount.objects.all() if broker is None else DeadLetterCount.objects.filter(broker=broker)
+    names = set(watched.values_list("name", flat=True))
+    names.update(watched.values_list("dead_letter_queue", flat=True))
+    names.update(counted.values_list("source_queue", flat=True).distinct())
     return sorted(names)
+
+
+class BrokerChoiceField(forms.ModelChoiceField[Broker]):
+    """A broker, by name in the page (names are what people know and what --broker takes)."""
+
+    def label_from_instance(self, obj: Broker) -> str:
+        return obj.name if obj.enabled else f"{obj.name} (disabled)"
 
 
 class RuleForm(forms.ModelForm[AlertRule]):
     """An alert rule, in four sections. Fields that do not matter for the chosen kind are ignored."""
 
     kind = forms.ChoiceField(choices=RuleKind.choices, initial=RuleKind.DLQ_NOT_EMPTY, label="Kind")
+    broker = BrokerChoiceField(
+        queryset=Broker.objects.all(),
+        required=False,
+        empty_label="Every broker",
+        label="Broker",
+        help_text="Only this broker's queues (and its dead letters of the pattern); every broker when empty, each "
+        "queue of each broker then alerting on its own.",
+        error_messages={"invalid_choice": "No such broker: choose one of the list."},
+    )
     queue = forms.CharField(
         required=False,
         max_length=255,
@@ -185,6 +206,7 @@ class RuleForm(forms.ModelForm[AlertRule]):
             "kind",
             "severity",
             "enabled",
+            "broker",
             "queue",
             "pattern",
             "threshold",
@@ -205,6 +227,9 @@ class RuleForm(forms.ModelForm[AlertRule]):
         self.warnings: list[str] = []
         self.known_queues = known_queues()
         rule = self.instance
+        # With the broker default alone there is nothing to choose: the field is carried along, unseen.
+        if rule.broker_id is None and len(registry.brokers(enabled=False)) <= 1:
+            self.fields["broker"].widget = forms.HiddenInput()
         if rule.pk is not None:
             threshold = int(rule.threshold) if rule.threshold is not None else None
             self.initial["threshold"] = threshold if rule.kind in THRESHOLD_KINDS else None
@@ -265,23 +290,26 @@ class RuleForm(forms.ModelForm[AlertRule]):
                 data[name] = 0
         if data.get("pattern") is not None and data.get("queue"):
             self.add_error("queue", "Choose a queue or a pattern, not both.")
-        self._check_queue(kind, data.get("queue") or "")
+        self._check_queue(kind, data.get("queue") or "", data.get("broker"))
         return data
 
-    def _check_queue(self, kind: str, queue: str) -> None:
+    def _check_queue(self, kind: str, queue: str, broker: Broker | None) -> None:
         """A queue nobody knows is allowed (it may be declared later), but probably a typo: say so."""
         if not queue:
             return
+        where = f" on broker “{broker.name}”" if broker is not None else ""
         if kind == RuleKind.QUEUE_DEPTH:
-            watched = WatchedQueue.objects.filter(Q(name=queue) | Q(dead_letter_queue=queue)).exists()
-            if not watched:
+            watched = WatchedQueue.objects.filter(Q(name=queue) | Q(dead_letter_queue=queue))
+            if broker is not None:
+                watched = watched.filter(broker=broker)
+            if not watched.exists():
                 self.warnings.append(
-                    f"No watched queue is named “{queue}”: depth is only sampled for watched queues, so this rule "
-                    "cannot fire until it is watched (declare_topology or the admin adds it)."
+                    f"No watched queue is named “{queue}”{where}: depth is only sampled for watched queues, so this "
+                    "rule cannot fire until it is watched (declare_topology or the admin adds it)."
                 )
-        elif queue not in self.known_queues:
+        elif queue not in (self.known_queues if broker is None else known_queues(broker)):
             self.warnings.append(
-                f"No queue named “{queue}” is watched or holds dead letters yet: check the spelling. "
+                f"No queue named “{queue}” is watched or holds dead letters{where} yet: check the spelling. "
                 "The rule watches it once it appears."
             )
 

@@ -16,6 +16,7 @@ from django.utils.crypto import salted_hmac
 from dlqconsole.alerts.notifiers import NOTIFIERS, notifier_choices
 from dlqconsole.alerts.notifiers.webhook import MASK
 from dlqconsole.alerts.signing import new_secret
+from dlqconsole.alerts.subjects import parse_queue_subject, queue_subject
 from dlqconsole.core.bidi import isolate
 
 if TYPE_CHECKING:
@@ -249,10 +250,13 @@ class AlertRule(models.Model):
     @property
     def scope_display(self) -> str:
         if self.pattern_id is not None:
-            return f"pattern #{self.pattern_id}"
-        if self.queue:
-            return f"queue {self.queue}"
-        return "every queue"
+            scope = f"pattern #{self.pattern_id}"
+        elif self.queue:
+            scope = f"queue {self.queue}"
+        else:
+            scope = "every queue"
+        # Read with the rule (select_related("broker")) where many rules are shown.
+        return scope if self.broker is None else f"{scope} on {self.broker.name}"
 
     def is_silenced(self, now: dt.datetime) -> bool:
         return self.silenced_until is not None and self.silenced_until > now
@@ -280,6 +284,13 @@ class AlertQuerySet(models.QuerySet["Alert"]):
     def history(self) -> AlertQuerySet:
         return self.filter(status=AlertStatus.RESOLVED)
 
+    def about_broker(self, name: str) -> AlertQuerySet:
+        """Alerts about the broker's queues, and those of rules scoped to it about anything else (a pattern, an
+        operation)."""
+        queues = models.Q(subject__startswith=queue_subject("", broker=name))
+        any_queue = models.Q(subject__startswith="queue:") | models.Q(subject__startswith="queue@")
+        return self.filter(queues | (models.Q(rule__broker__name=name) & ~any_queue))
+
     def firing_first(self) -> AlertQuerySet:
         """Firing before acknowledged (what still needs someone), the newest first within each."""
         waiting = models.Case(models.When(status=AlertStatus.FIRING, then=models.Value(0)), default=models.Value(1))
@@ -290,7 +301,8 @@ class Alert(models.Model):
     """One rule holding for one subject (a queue, a pattern or an operation), from first seen to resolved."""
 
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
-    # "queue:orders.dlq", "pattern:12", "operation:7": a rule covering every queue raises one alert per queue.
+    # "queue:orders.dlq", "queue@staging:orders.dlq", "pattern:12", "operation:7" (subjects.py): a rule covering
+    # every queue raises one alert per queue of each broker.
     subject = models.CharField(max_length=300)
     subject_label = models.CharField(max_length=300)
     severity = models.CharField(max_length=16, choices=Severity.choices)
@@ -336,6 +348,15 @@ class Alert(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATUSES
+
+    @property
+    def broker_name(self) -> str:
+        """The broker the alert is about: the one its queue subject names, else its rule's; "" for an alert that
+        belongs to no one broker (a pattern or an operation of a rule covering every broker)."""
+        found = parse_queue_subject(self.subject)
+        if found is not None:
+            return found[0]
+        return self.rule.broker.name if self.rule.broker is not None else ""
 
     def is_silenced(self, now: dt.datetime) -> bool:
         return self.silenced_until is not None and self.silenced_until > now

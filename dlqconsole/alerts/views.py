@@ -4,6 +4,7 @@ channels (admins). Each page's URL also serves its htmx fragment."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from typing import Any
 
@@ -37,6 +38,8 @@ from dlqconsole.alerts.models import (
     NotificationStatus,
     Severity,
 )
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.core.bidi import isolate
 from dlqconsole.core.durations import format_duration
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
@@ -72,14 +75,15 @@ def alert_list(request: HtmxHttpRequest) -> HttpResponse:
         "is_admin": has_role(request.user, ADMIN),
         "rules": AlertRule.objects.order_by("name").only("pk", "name"),
         "severities": Severity.choices,
+        "brokers": registry.brokers(enabled=False),
     }
     partial = "history" if request.htmx and request.htmx.target == "alert-history" else "current"
     return render(request, partial_template(request, "alerts/list.html", partial), context)
 
 
 def _list_filter(query: QueryDict) -> dict[str, str]:
-    """The current list's filter, from the address (bookmarkable): a rule id and a severity. Anything else is
-    ignored rather than refused: an old bookmark to a deleted rule still shows the page."""
+    """The current list's filter, from the address (bookmarkable): a rule id, a severity and a broker name. Anything
+    else is ignored rather than refused: an old bookmark to a deleted rule still shows the page."""
     chosen = {}
     rule = query.get("rule", "")
     if parse_id(rule) is not None:
@@ -87,7 +91,14 @@ def _list_filter(query: QueryDict) -> dict[str, str]:
     severity = query.get("severity", "")
     if severity in Severity.values:
         chosen["severity"] = severity
+    broker = query.get("broker", "")
+    if re.fullmatch(BROKER_NAME, broker):
+        chosen["broker"] = broker
     return chosen
+
+
+def _several_brokers() -> bool:
+    return len(registry.brokers(enabled=False)) > 1
 
 
 def _filtered_url(name: str, chosen: dict[str, str]) -> str:
@@ -104,6 +115,8 @@ def _current_context(request: HtmxHttpRequest) -> dict[str, Any]:
         active, pending = active.filter(rule_id=int(chosen["rule"])), pending.filter(rule_id=int(chosen["rule"]))
     if "severity" in chosen:
         active, pending = active.filter(severity=chosen["severity"]), pending.filter(severity=chosen["severity"])
+    if "broker" in chosen:
+        active, pending = active.about_broker(chosen["broker"]), pending.about_broker(chosen["broker"])
     shown = list(active.select_related("rule", "acknowledged_by").firing_first())
     return {
         "active": shown,
@@ -138,13 +151,14 @@ def _by_rule(alerts: list[Alert]) -> list[tuple[AlertRule, int, int]]:
 @vary_on_headers("HX-Request")
 def alert_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_role(request.user, VIEWER)
-    alert = get_object_or_404(Alert.objects.select_related("rule", "acknowledged_by"), pk=pk)
+    alert = get_object_or_404(Alert.objects.select_related("rule__broker", "acknowledged_by"), pk=pk)
     context = {
         "alert": alert,
         "notifications": _alert_notifications(alert),
         "silence_form": SilenceForm(),
         "can_operate": has_role(request.user, OPERATOR),
         "is_admin": has_role(request.user, ADMIN),
+        "several_brokers": _several_brokers(),
         "now": timezone.now(),
     }
     return render(request, partial_template(request, "alerts/detail.html", "summary"), context)
@@ -167,6 +181,7 @@ def _alert_response(request: HtmxHttpRequest, alert: Alert) -> HttpResponse:
             "now": timezone.now(),
             "notifications": _alert_notifications(alert),
             "list_url": safe_next(request, request.POST.get("next")) or reverse("alerts:list"),
+            "several_brokers": _several_brokers(),
         }
         if request.POST.get("fragment") == "row":
             return render(request, "alerts/list.html#row", context)
@@ -244,18 +259,29 @@ def _bulk_message(request: HttpRequest, result: changes.BulkResult, *, done: str
 @require_GET
 @vary_on_headers("HX-Request")
 def queue_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Depth of each watched work queue and its DLQ over the last hour, from the samples."""
+    """Depth of each watched work queue and its DLQ over the last hour, from the samples; grouped by broker where
+    there are several (?broker=NAME shows one)."""
     require_role(request.user, VIEWER)
     now = timezone.now()
     since = now - dt.timedelta(hours=1)
-    queues = list(WatchedQueue.objects.filter(enabled=True))
-    names = [name for queue in queues for name in (queue.name, queue.dead_letter_queue)]
-    series: dict[str, list[QueueSample]] = {name: [] for name in names}
-    for sample in QueueSample.objects.filter(queue__in=names, sampled_at__gte=since).order_by("sampled_at"):
-        series[sample.queue].append(sample)
+    brokers = registry.brokers(enabled=False)
+    chosen = request.GET.get("broker", "")
+    watched = WatchedQueue.objects.filter(enabled=True).select_related("broker").order_by("broker__name", "name")
+    if chosen in {broker.name for broker in brokers}:
+        watched = watched.filter(broker__name=chosen)
+    else:
+        chosen = ""
+    queues = list(watched)
+    keys = {(queue.broker_id, name) for queue in queues for name in (queue.name, queue.dead_letter_queue)}
+    series: dict[tuple[int | None, str], list[QueueSample]] = {key: [] for key in keys}
+    samples = QueueSample.objects.filter(queue__in={name for _, name in keys}, sampled_at__gte=since)
+    for sample in samples.order_by("sampled_at"):
+        found = series.get((sample.broker_id, sample.queue))
+        if found is not None:
+            found.append(sample)
     rows = []
     for queue in queues:
-        work, dead = series[queue.name], series[queue.dead_letter_queue]
+        work, dead = series[(queue.broker_id, queue.name)], series[(queue.broker_id, queue.dead_letter_queue)]
         latest = work[-1] if work else None
         depth = latest.messages if latest else None
         if depth is None:
@@ -279,7 +305,14 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
                 "dlq_depths": [sample.messages for sample in dead[:: max(1, len(dead) // 120)]],
             }
         )
-    return render(request, partial_template(request, "alerts/queues.html", "queues"), {"rows": rows, "now": now})
+    context = {
+        "rows": rows,
+        "now": now,
+        "several_brokers": len(brokers) > 1,
+        "chosen": chosen,
+        "refresh_url": _filtered_url("alerts:queues", {"broker": chosen} if chosen else {}),
+    }
+    return render(request, partial_template(request, "alerts/queues.html", "queues"), context)
 
 
 # Rules ----------------------------------------------------------------------------------------------------------
@@ -288,7 +321,7 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def rule_list(request: HtmxHttpRequest) -> HttpResponse:
     require_role(request.user, ADMIN)
-    rules = AlertRule.objects.select_related("pattern").prefetch_related("channels").order_by("name")
+    rules = AlertRule.objects.select_related("pattern", "broker").prefetch_related("channels").order_by("name")
     return render(request, "alerts/rules.html", {"rules": rules, "silence_form": SilenceForm(), "now": timezone.now()})
 
 

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.deadletters.filters import DeadLetterFilter
+from dlqconsole.deadletters.filters import broker_ids as named_broker_ids
 from dlqconsole.deadletters.models import (
     ArrivalCount,
     DeadLetter,
@@ -37,11 +39,15 @@ ALL_STATUSES = tuple(DeadLetterStatus.values)
 
 @dataclass
 class QueueSummary:
+    """One source queue of one broker: `orders.dlq` on two brokers is two summaries."""
+
     queue: str
     parked: int
     scheduled: int
     oldest_at: dt.datetime | None = None
     newest_at: dt.datetime | None = None
+    broker_id: int = 0
+    broker: str = DEFAULT
 
 
 @dataclass
@@ -65,24 +71,38 @@ def time_limit(*, milliseconds: int) -> Iterator[None]:
         yield
 
 
-def queue_summaries() -> list[QueueSummary]:
-    """Dead letters waiting per source queue (from the counters), with the age of the oldest and newest parked
-    one (two index probes per queue on (source_queue, status, -id))."""
-    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    rows = (
-        DeadLetterCount.objects.filter(status__in=WAITING, count__gt=0)
-        .values("source_queue", "status")
-        .annotate(total=Sum("count"))
-    )
-    for row in rows:
-        totals[row["source_queue"]][row["status"]] += int(row["total"] or 0)
+def broker_names() -> dict[int, str]:
+    """Every broker's name by id, in name order (a few rows): pages name a queue's broker where there are several."""
+    return dict(Broker.objects.order_by("name").values_list("pk", "name"))
+
+
+def queue_label(queue: str, broker: str, *, several: bool) -> str:
+    """A queue as a list of queues names it: with its broker where there are several ("orders.dlq on staging")."""
+    return f"{queue} on {broker}" if several else queue
+
+
+def queue_summaries(*, broker_ids: list[int] | None = None) -> list[QueueSummary]:
+    """Dead letters waiting per broker and source queue (from the counters), with the age of the oldest and newest
+    parked one (two index probes per queue on (source_queue, status, -id), kept to the queue's broker). Only the
+    brokers named, when given."""
+    totals: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    rows = DeadLetterCount.objects.filter(status__in=WAITING, count__gt=0)
+    if broker_ids is not None:
+        rows = rows.filter(broker_id__in=broker_ids)
+    for broker_id, queue, status, total in (
+        rows.values_list("broker_id", "source_queue", "status").annotate(total=Sum("count")).order_by()
+    ):
+        totals[(broker_id or 0, queue)][status] += int(total or 0)
+    names = broker_names()
     summaries = [
         QueueSummary(
             queue=queue,
-            parked=totals[queue][DeadLetterStatus.PARKED],
-            scheduled=totals[queue][DeadLetterStatus.SCHEDULED] + totals[queue][DeadLetterStatus.FAILED],
+            parked=counts[DeadLetterStatus.PARKED],
+            scheduled=counts[DeadLetterStatus.SCHEDULED] + counts[DeadLetterStatus.FAILED],
+            broker_id=broker_id,
+            broker=names.get(broker_id, DEFAULT),
         )
-        for queue in sorted(totals)
+        for (broker_id, queue), counts in totals.items()
     ]
     probed = [summary for summary in summaries if summary.parked]
     if probed:
@@ -91,7 +111,9 @@ def queue_summaries() -> list[QueueSummary]:
             moments = _scalars(
                 cursor,
                 [
-                    DeadLetter.objects.filter(source_queue=summary.queue, status=DeadLetterStatus.PARKED)
+                    DeadLetter.objects.filter(
+                        source_queue=summary.queue, broker_id=summary.broker_id, status=DeadLetterStatus.PARKED
+                    )
                     .order_by(order)
                     .values("ingested_at")[:1]
                     for summary in probed
@@ -100,7 +122,7 @@ def queue_summaries() -> list[QueueSummary]:
             )
         for index, summary in enumerate(probed):
             summary.oldest_at, summary.newest_at = moments[2 * index], moments[2 * index + 1]
-    summaries.sort(key=lambda item: (-item.parked, item.queue))
+    summaries.sort(key=lambda item: (-item.parked, item.queue, item.broker))
     return summaries
 
 
@@ -136,12 +158,20 @@ def _as_value(value: Any, field: Any) -> Any:
     return value
 
 
-def arrivals(*, now: dt.datetime | None = None, width: dt.timedelta, buckets: int) -> list[tuple[dt.datetime, int]]:
+def arrivals(
+    *,
+    now: dt.datetime | None = None,
+    width: dt.timedelta,
+    buckets: int,
+    broker_ids: list[int] | None = None,
+) -> list[tuple[dt.datetime, int]]:
     """How many dead letters arrived in each bucket, from the per-minute arrival counts (ArrivalCount).
 
     Every arrival counts, whatever became of it since (replayed, archived, purged): the counts are events that
     ingest recorded, not the rows that are left. `width` is a whole number of minutes, so every minute falls in
-    one bucket. The last bucket is open-ended: a consumer whose clock runs a little ahead is counted in it.
+    one bucket. The last bucket is open-ended: a consumer whose clock runs a little ahead is counted in it. Each
+    arrival is counted once, in its own broker's row: the same queue name on two brokers is added up, never merged.
+    Only the brokers named, when given.
     """
     if width <= dt.timedelta(0) or width % dt.timedelta(minutes=1):
         raise ValueError("arrival buckets are a whole number of minutes wide")
@@ -151,19 +181,24 @@ def arrivals(*, now: dt.datetime | None = None, width: dt.timedelta, buckets: in
         table = connection.ops.quote_name(ArrivalCount._meta.db_table)
         # width_bucket finds each minute's bucket by binary search over the starts (1 = the first bucket; a minute
         # past the last start is in the last one): one row per bucket comes back, not one per minute.
+        only = "" if broker_ids is None else " AND broker_id = ANY(%s)"
+        params: list[Any] = [starts, starts[0]]
+        if broker_ids is not None:
+            params.append(list(broker_ids))
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT width_bucket(minute, %s::timestamptz[]), sum(count) FROM {table} "
-                "WHERE minute >= %s GROUP BY 1",
-                [starts, starts[0]],
+                f"WHERE minute >= %s{only} GROUP BY 1",
+                params,
             )
             for bucket, total in cursor.fetchall():
                 counts[bucket - 1] += int(total)
         return list(zip(starts, counts, strict=True))
     # One row per minute of the window (the queues summed by the database).
-    per_minute = (
-        ArrivalCount.objects.filter(minute__gte=starts[0]).values_list("minute").annotate(total=Sum("count")).order_by()
-    )
+    counted = ArrivalCount.objects.filter(minute__gte=starts[0])
+    if broker_ids is not None:
+        counted = counted.filter(broker_id__in=broker_ids)
+    per_minute = counted.values_list("minute").annotate(total=Sum("count")).order_by()
     for minute, total in per_minute:
         index = min(bisect_right(starts, _as_value(minute, ArrivalCount._meta.get_field("minute"))) - 1, buckets - 1)
         counts[index] += int(total or 0)
@@ -196,22 +231,35 @@ def pattern_trends(
     return trends
 
 
-def waiting_by_pattern(pattern_ids: list[int] | None = None) -> tuple[dict[int, int], dict[int, list[str]]]:
-    """Dead letters waiting per pattern, and the queues they wait in, from the counters."""
+def waiting_by_pattern(
+    pattern_ids: list[int] | None = None, *, broker_ids: list[int] | None = None
+) -> tuple[dict[int, int], dict[int, list[str]]]:
+    """Dead letters waiting per pattern, and the queues they wait in (each named with its broker where there are
+    several), from the counters. Only the brokers named, when given."""
     cells = DeadLetterCount.objects.filter(status__in=WAITING, count__gt=0)
     if pattern_ids is not None:
         cells = cells.filter(pattern_id__in=pattern_ids)
+    if broker_ids is not None:
+        cells = cells.filter(broker_id__in=broker_ids)
     counts: dict[int, int] = defaultdict(int)
-    queues: dict[int, set[str]] = defaultdict(set)
-    for pattern_id, queue, count in cells.values_list("pattern_id", "source_queue", "count"):
+    queues: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    names = broker_names()
+    for pattern_id, broker_id, queue, count in cells.values_list("pattern_id", "broker_id", "source_queue", "count"):
         counts[pattern_id] += count
-        queues[pattern_id].add(queue)
-    return dict(counts), {pattern_id: sorted(names) for pattern_id, names in queues.items()}
+        queues[pattern_id].add((queue, names.get(broker_id or 0, DEFAULT)))
+    several = len(names) > 1
+    return dict(counts), {
+        pattern_id: [queue_label(queue, broker, several=several) for queue, broker in sorted(pairs)]
+        for pattern_id, pairs in queues.items()
+    }
 
 
-def top_patterns(*, limit: int = 10, now: dt.datetime | None = None) -> list[PatternSummary]:
-    """The patterns with the most dead letters waiting, with a 24-hour trend."""
-    counts, queues = waiting_by_pattern()
+def top_patterns(
+    *, limit: int = 10, now: dt.datetime | None = None, broker_ids: list[int] | None = None
+) -> list[PatternSummary]:
+    """The patterns with the most dead letters waiting (on the brokers named, when given), with a 24-hour trend
+    (of every broker: the hourly arrival counts are per pattern)."""
+    counts, queues = waiting_by_pattern(broker_ids=broker_ids)
     top = sorted(counts, key=lambda pattern_id: -counts[pattern_id])[:limit]
     patterns = FailurePattern.objects.in_bulk(top)
     trends = pattern_trends(pattern_ids=top, now=now, width=dt.timedelta(hours=1), buckets=24)
@@ -228,8 +276,8 @@ def top_patterns(*, limit: int = 10, now: dt.datetime | None = None) -> list[Pat
 
 
 def counted_matches(chosen: DeadLetterFilter) -> int | None:
-    """How many dead letters the counters hold for the filter's queue, pattern, reason and status parts, or None
-    when the filter names none of them (then only a query can tell).
+    """How many dead letters the counters hold for the filter's broker, queue, pattern, reason and status parts, or
+    None when the filter names none of queue, pattern and reason (then only a query can tell).
 
     The other parts of a filter only narrow it further, so 0 here means the filter matches nothing. The messages
     page uses that to skip a query that would otherwise scan the whole table for combinations that never occur
@@ -238,12 +286,12 @@ def counted_matches(chosen: DeadLetterFilter) -> int | None:
     """
     if not (chosen.queue or chosen.pattern or chosen.reason):
         return None
-    cells = DeadLetterCount.objects.filter(count__gt=0)
-    # Without a status filter, archived dead letters are hidden (as DeadLetterFilter.apply does).
-    cells = cells.filter(status__in=chosen.status) if chosen.status else cells.exclude(status="archived")
+    cells = _counted_cells(chosen)
     if chosen.queue:
         known = set(
-            DeadLetterCount.objects.filter(source_queue__in=chosen.queue).values_list("source_queue", flat=True)
+            _of_brokers(DeadLetterCount.objects.filter(source_queue__in=chosen.queue), chosen).values_list(
+                "source_queue", flat=True
+            )
         )
         if known != set(chosen.queue):
             # A name the counters do not know may be an original queue: only the query can answer.
@@ -258,11 +306,21 @@ def counted_matches(chosen: DeadLetterFilter) -> int | None:
 
 def counted_total(chosen: DeadLetterFilter) -> int | None:
     """The exact number of dead letters a filter matches, from the counters, when it names only counted fields
-    (queue, pattern, reason, status; nothing at all counts too); None when only a query could tell."""
-    if not set(chosen.to_dict()) <= {"queue", "pattern", "reason", "status"}:
+    (broker, queue, pattern, reason, status; nothing at all counts too); None when only a query could tell."""
+    if not set(chosen.to_dict()) <= {"broker", "queue", "pattern", "reason", "status"}:
         return None
     if chosen.queue or chosen.pattern or chosen.reason:
         return counted_matches(chosen)
+    return int(_counted_cells(chosen).aggregate(total=Sum("count"))["total"] or 0)
+
+
+def _counted_cells(chosen: DeadLetterFilter) -> QuerySet[DeadLetterCount]:
+    """The counter cells of the filter's brokers and statuses; without a status filter, archived dead letters are
+    left out (as DeadLetterFilter.apply hides them)."""
     cells = DeadLetterCount.objects.filter(count__gt=0)
     cells = cells.filter(status__in=chosen.status) if chosen.status else cells.exclude(status="archived")
-    return int(cells.aggregate(total=Sum("count"))["total"] or 0)
+    return _of_brokers(cells, chosen)
+
+
+def _of_brokers(cells: QuerySet[DeadLetterCount], chosen: DeadLetterFilter) -> QuerySet[DeadLetterCount]:
+    return cells.filter(broker_id__in=named_broker_ids(chosen.broker)) if chosen.broker else cells

@@ -133,7 +133,8 @@ def test_missing_queues_are_skipped(queue_name: Callable[[str], str]) -> None:
     result = sample_queue_depths()
 
     assert result.sampled == 0
-    assert result.missing == [name, f"{name}.dlq"]
+    assert result.missing == [("default", name), ("default", f"{name}.dlq")]
+    assert result.unreachable == []
 
 
 def test_old_samples_are_deleted() -> None:
@@ -152,4 +153,5 @@ def test_broker_down_skips_the_run(orders: str) -> None:
     result = sample_queue_depths()
 
     assert result.sampled == 0
+    assert result.unreachable == ["default"]
     assert not QueueSample.objects.exists()

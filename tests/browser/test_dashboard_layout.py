@@ -7,9 +7,11 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
+from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.models import FailurePattern
+from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.browser.conftest import log_in, screenshot
-from tests.factories import EnvelopeFactory, store
+from tests.factories import EnvelopeFactory, ParsedDeadLetterFactory, store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -51,3 +53,22 @@ def test_a_long_pattern_name_shows_almost_whole_on_a_1400_px_screen(page: Page, 
     assert name.evaluate(VISIBLE_CHARACTERS) >= 50
     # On a phone the card takes the screen's width, and the page is no wider than the screen.
     screenshot(page, "dashboard-long-pattern")
+
+
+def test_queues_grouped_by_broker_fit_a_laptop_and_a_phone(page: Page, viewer: User) -> None:
+    staging = Broker.objects.create(name="staging", url="amqp://ops@rabbit-staging.eu-west-1.example.internal/staging")
+    store(*(EnvelopeFactory.build(queue="orders") for _ in range(2)))
+    store(*ParsedDeadLetterFactory.build_batch(3, source_queue="orders.dlq", broker_id=staging.pk))
+    for broker in (None, staging):
+        owner = {"broker": broker} if broker is not None else {}
+        WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="x", **owner)
+        QueueSample.objects.create(queue="orders", messages=7, consumers=1, **owner)
+
+    log_in(page, viewer)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto("/")
+
+    brokers = page.get_by_role("region", name="Brokers")
+    expect(brokers).to_contain_text("rabbit-staging.eu-west-1.example.internal")
+    expect(page.locator("#panels tr.group-head")).to_have_count(4)  # two brokers, two queue tables
+    screenshot(page, "dashboard-brokers")
