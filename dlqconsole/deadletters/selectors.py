@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
+from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.filters import broker_ids as named_broker_ids
@@ -72,7 +73,9 @@ def time_limit(*, milliseconds: int) -> Iterator[None]:
 
 
 def broker_names() -> dict[int, str]:
-    """Every broker's name by id, in name order (a few rows): pages name a queue's broker where there are several."""
+    """Every broker's name by id, in name order (a few rows), disabled ones too (their dead letters are still
+    shown): pages name a queue's broker where there are several, and leave it out where there is one."""
+    registry.sync_environment()
     return dict(Broker.objects.order_by("name").values_list("pk", "name"))
 
 

@@ -17,7 +17,7 @@ from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partia
 from dlqconsole.deadletters import exports, selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, FailureReason
-from dlqconsole.deadletters.views.listing import broker_names, known_queues, query_without
+from dlqconsole.deadletters.views.listing import known_queues, query_without
 
 PAGE_SIZE = 50
 
@@ -79,7 +79,7 @@ def message_list(request: HtmxHttpRequest) -> HttpResponse:
         )
         rows, more_newer, more_older = [], False, False
     patterns = FailurePattern.objects.in_bulk({row.pattern_id for row in rows})
-    brokers = broker_names()
+    brokers = selectors.broker_names()
     for row in rows:
         row.pattern_cached = patterns.get(row.pattern_id)  # type: ignore[attr-defined]
         row.broker_name = brokers.get(row.broker_id or 0, "")  # type: ignore[attr-defined]

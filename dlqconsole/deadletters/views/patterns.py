@@ -23,7 +23,7 @@ from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.explain import explain
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, FailureReason, PatternStatus
 from dlqconsole.deadletters.rule_services import SplitPreview
-from dlqconsole.deadletters.views.listing import broker_names, known_queues, query_without
+from dlqconsole.deadletters.views.listing import known_queues, query_without
 
 # The owner list of a pattern page offers at most this many users (the current owner is always offered).
 MAX_OWNER_CHOICES = 200
@@ -125,7 +125,7 @@ def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
         "statuses": PatternStatus.choices,
         "reasons": FailureReason.choices,
         "known_queues": known_queues(),
-        "brokers": sorted(broker_names().values()),
+        "brokers": sorted(selectors.broker_names().values()),
         "sorts": [(key, key.replace("_", " ")) for key in PATTERN_SORTS],
         "pattern_actions": PATTERN_ACTIONS,
         "back_url": request.get_full_path(),
@@ -171,7 +171,7 @@ def pattern_page_context(pattern: FailurePattern, *, back_url: str, split: dict[
         "cells": cells,
         "waiting": sum(cell.count for cell in cells if cell.status in selectors.WAITING),
         "waiting_by_broker": sorted(by_broker.items()),
-        "several_brokers": len({cell.broker_id for cell in cells}) > 1 or len(broker_names()) > 1,
+        "several_brokers": len({cell.broker_id for cell in cells}) > 1 or len(selectors.broker_names()) > 1,
         "trend": trend,
         "events": list(pattern.events.select_related("actor")[:50]),
         "absorbed": list(pattern.absorbed.all()[:50]),
