@@ -174,7 +174,8 @@ class Grant:
 
 
 class RateLimiter(ABC):
-    """Token buckets keyed by destination (a queue name); the Redis and in-process buckets share this API."""
+    """Token buckets keyed by destination (a queue name, scoped by its broker: `scoped_key`); the Redis and
+    in-process buckets share this API."""
 
     def reserve(
         self, key: str, rate: Rate, wanted: int = 1, *, horizon: float = 0.0, now: float | None = None
@@ -335,6 +336,14 @@ class LocalRateLimiter(RateLimiter):
             if len(self.buckets) > self.PRUNE_ABOVE:
                 self.buckets = {name: kept for name, kept in self.buckets.items() if kept[0] > clock}
         return granted, start, clock
+
+
+def scoped_key(key: str, *, broker: str = "") -> str:
+    """The bucket of destination `key` on `broker`: `key` itself on the broker default (given as ""), so a console
+    with one broker keeps the buckets it always had; `broker:<name>:<key>` on any other, so that `queue:orders` on
+    two vhosts are two buckets. A broker's name holds no colon, and no destination key starts with "broker:", so
+    the keys of two brokers never meet."""
+    return f"broker:{broker}:{key}" if broker else key
 
 
 def get_rate_limiter() -> RateLimiter:

@@ -9,6 +9,11 @@ queues (`celery.pidbox`, `reply.celery.pidbox`, `celeryev`, `<worker>.celery.pid
 too: a forged broadcast there would command the console's workers. A user's own Celery queues (`celery`, `orders`,
 ...) stay valid targets: replaying the users' Celery tasks is what the console is for.
 
+A console replays to several brokers (each a vhost of its own), and any of them may be the vhost of the console's
+Celery: whether one is comes from that broker's own URL (`shares_celery_vhost(url)`) or connection parameters,
+never from AMQP_URL alone. So every refusal is asked with `shared_vhost` said by the caller, for the broker the
+message goes to.
+
 RabbitMQ also routes a message by the routing keys in its `CC` and `BCC` headers (sender-selected distribution), on
 the exchange it is published to: a replay to a user's queue that carries `CC: ["dlqconsole"]` would reach the
 console's queue too. Those keys are checked as destinations of their own (`header_refusal`).
@@ -72,9 +77,9 @@ def vhost_of(url: str) -> tuple[str, int, str] | None:
 
 
 def shares_celery_vhost(amqp_url: str | None = None) -> bool:
-    """Whether `amqp_url` (AMQP_URL by default) may be the vhost of the console's Celery. Host names are not
-    compared: one broker answers to several names (localhost, 127.0.0.1, a DNS alias), and a wrong "no" here
-    would open the console's control exchanges. The same vhost name on the same port counts as shared."""
+    """Whether `amqp_url` (a broker's AMQP URL; AMQP_URL by default) may be the vhost of the console's Celery. Host
+    names are not compared: one broker answers to several names (localhost, 127.0.0.1, a DNS alias), and a wrong
+    "no" here would open the console's control exchanges. The same vhost name on the same port counts as shared."""
     ours = vhost_of(amqp_url or settings.AMQP_URL)
     return ours is not None and ours == vhost_of(settings.CELERY_BROKER_URL)
 
@@ -85,9 +90,9 @@ def parameters_share_celery_vhost(parameters: pika.ConnectionParameters) -> bool
     return (scheme, parameters.port, parameters.virtual_host) == vhost_of(settings.CELERY_BROKER_URL)
 
 
-def refusal(exchange: str, routing_key: str, *, queue: str = "", shared_vhost: bool | None = None) -> str:
-    """Why a publish to `exchange` with `routing_key` (expected to reach `queue`) is refused; "" when it is not."""
-    shared = shares_celery_vhost() if shared_vhost is None else shared_vhost
+def refusal(exchange: str, routing_key: str, *, queue: str = "", shared_vhost: bool) -> str:
+    """Why a publish to `exchange` with `routing_key` (expected to reach `queue`) is refused; "" when it is not.
+    `shared_vhost`: whether the broker it goes to is on the console's Celery vhost (`shares_celery_vhost`)."""
     owned = console_names()
     direct = exchange in DEFAULT_EXCHANGE_NAMES
     targets = [name for name in (queue, routing_key if direct else "") if name]
@@ -96,7 +101,7 @@ def refusal(exchange: str, routing_key: str, *, queue: str = "", shared_vhost: b
             return f"queue {name!r} is one of the console's own Celery queues"
     if not direct and exchange in owned:
         return f"exchange {exchange!r} is one of the console's own Celery exchanges"
-    if shared:
+    if shared_vhost:
         for name in [*targets, "" if direct else exchange]:
             if name and _is_control_name(name):
                 return f"{name!r} is Celery's remote control or event channel on the console's own vhost"
@@ -126,7 +131,7 @@ def routing_keys_in_headers(headers: Any) -> list[str]:
     return keys
 
 
-def header_refusal(exchange: str, headers: Any, *, shared_vhost: bool | None = None) -> str:
+def header_refusal(exchange: str, headers: Any, *, shared_vhost: bool) -> str:
     """Why the CC or BCC header of a message published to `exchange` is refused; "" when it is not."""
     for key in routing_keys_in_headers(headers):
         if refused := refusal(exchange, key, shared_vhost=shared_vhost):

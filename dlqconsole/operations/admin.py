@@ -96,6 +96,7 @@ class OperationAdmin(ReadOnlyAdmin):
         "pause_reason",
         "last_error",
         "filter_json",
+        "target_broker",
         "target_queue",
         "target_exchange",
         "target_routing_key",
@@ -181,6 +182,7 @@ class RetryPolicyForm(forms.ModelForm[RetryPolicy]):
         fields = [
             "name",
             "enabled",
+            "broker",
             "queue",
             "failure_reason",
             "pattern",
@@ -228,8 +230,19 @@ class RetryPolicyAdmin(AuditedModelAdmin[RetryPolicy]):
     # save_model and the deletes below write their own audit rows (retrypolicy.*).
     writes_own_audit = True
     form = RetryPolicyForm
-    list_display = ["name", "enabled", "queue", "failure_reason", "pattern", "delays", "max_attempts", "rate"]
-    list_filter = ["enabled", "failure_reason"]
+    list_display = [
+        "name",
+        "enabled",
+        "broker",
+        "queue",
+        "failure_reason",
+        "pattern",
+        "delays",
+        "max_attempts",
+        "rate",
+    ]
+    list_filter = ["enabled", "broker", "failure_reason"]
+    list_select_related = ["broker", "pattern"]
     raw_id_fields = ["pattern"]
 
     # Policies replay messages without anyone watching: only admins write them.

@@ -21,6 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from dlqconsole.accounts.roles import has_role
+from dlqconsole.brokers import registry
 from dlqconsole.deadletters.filters import MAX_IDS
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
@@ -34,12 +35,21 @@ class OperationOptionsForm(forms.Form):
     target_queue = forms.CharField(required=False, max_length=255)
     target_exchange = forms.CharField(required=False, max_length=255)
     target_routing_key = forms.CharField(required=False, max_length=255, label="Routing key")
+    target_broker = forms.ChoiceField(required=False, label="Target broker")
     rate = forms.CharField(required=False, max_length=32, help_text="N/period[:burst], e.g. 50/1s; empty: no limit")
     canary_size = forms.IntegerField(required=False, min_value=0, initial=0, label="Canary size")
     canary_wait_seconds = forms.IntegerField(required=False, min_value=0, label="Canary wait (seconds)")
 
     def __init__(self, *args: Any, kind: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        names = [broker.name for broker in registry.brokers()] if kind == OperationKind.MOVE else []
+        if len(names) > 1:
+            # plan_operation judges the name again: a broker disabled since the page was drawn is refused there.
+            field = self.fields["target_broker"]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", "each dead letter's own broker"), *((name, name) for name in names)]
+        else:
+            del self.fields["target_broker"]
         if kind != OperationKind.MOVE:
             for name in ("target_queue", "target_exchange", "target_routing_key"):
                 del self.fields[name]

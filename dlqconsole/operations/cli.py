@@ -74,6 +74,12 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
             parser.add_argument("--target-queue", default="")
             parser.add_argument("--target-exchange", default="")
             parser.add_argument("--routing-key", default="")
+            parser.add_argument(
+                "--target-broker",
+                default="",
+                metavar="NAME",
+                help="the broker to move to (DLQ_BROKERS, the admin); default: each dead letter's own broker",
+            )
         parser.add_argument("--dry-run", action="store_true", help="show the plan; change nothing")
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         parser.add_argument("--wait", action="store_true", help="follow the operation with a progress bar")
@@ -127,6 +133,7 @@ def run_kind(command: BaseCommand, **options: Any) -> None:
         "target_queue": options.get("target_queue", ""),
         "target_exchange": options.get("target_exchange", ""),
         "target_routing_key": options.get("routing_key", ""),
+        "target_broker": options.get("target_broker", ""),
     }
     try:
         if options["dry_run"]:
@@ -184,6 +191,9 @@ def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = Fa
     # A dry run's plan is rolled back: it has no number anyone could look up.
     name = "Plan (dry run)" if dry_run else f"Operation #{operation.pk}"
     write(f"{name}: {operation.get_kind_display().lower()} {operation.total:,} dead letters")
+    if operation.broker_span:
+        # Said before anything else: a retry of production's and staging's dead letters at once is rarely meant.
+        write(f"  ** {operation.broker_span} **")
     write(f"  filter: {filter_text}")
     if operation.target_display:
         write(f"  target: {operation.target_display}")
@@ -193,6 +203,8 @@ def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = Fa
             extra.append(f"canary {operation.canary_size}, then wait {operation.canary_wait_seconds}s")
         write("  " + "; ".join(extra))
     breakdown = operation.breakdown or {}
+    if operation.names_brokers:
+        write("  by broker: " + "; ".join(f"{broker} {n:,}" for broker, n in operation.broker_counts))
     if breakdown.get("queue"):
         write("  by queue: " + "; ".join(f"{name} {n:,}" for name, n in breakdown["queue"].items()))
     for row in breakdown.get("pattern", [])[:10]:
@@ -214,7 +226,9 @@ def _confirm(command: BaseCommand, operation: Operation) -> bool:
     if operation.kind == OperationKind.PURGE:
         answer = input(f"Type 'purge {operation.total}' to delete {operation.total:,} dead letters for good: ")
         return answer.strip() == f"purge {operation.total}"
-    answer = input(f"{verb.capitalize()} {operation.total:,} dead letters? [y/N] ")
+    spanned = operation.broker_counts
+    brokers = f" on {len(spanned)} brokers" if len(spanned) > 1 else ""
+    answer = input(f"{verb.capitalize()} {operation.total:,} dead letters{brokers}? [y/N] ")
     return answer.strip().lower() in ("y", "yes")
 
 

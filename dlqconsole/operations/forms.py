@@ -13,7 +13,8 @@ from typing import Any
 from django import forms
 
 from dlqconsole.core.ratelimit import parse_rate
-from dlqconsole.operations.planning import check_amqp_name, check_canary_size, check_limit
+from dlqconsole.operations.models import OperationKind
+from dlqconsole.operations.planning import check_amqp_name, check_canary_size, check_limit, find_target_broker
 from dlqconsole.operations.services import OperationError
 
 WHOLE_NUMBERS = "Canary size and limit must be whole numbers."
@@ -50,6 +51,8 @@ class PlanForm(forms.Form):
     target_queue = CheckedTextField(check=lambda name: check_amqp_name("target queue", name))
     target_exchange = CheckedTextField(check=lambda name: check_amqp_name("target exchange", name))
     target_routing_key = CheckedTextField(check=lambda name: check_amqp_name("routing key", name))
+    # A broker's name; empty: each dead letter's own broker.
+    target_broker = CheckedTextField(check=lambda name: find_target_broker(OperationKind.MOVE, name))
     rate = CheckedTextField(check=parse_rate)
     canary_size = forms.IntegerField(required=False, error_messages={"invalid": WHOLE_NUMBERS})
     limit = forms.IntegerField(required=False, error_messages={"invalid": WHOLE_NUMBERS})

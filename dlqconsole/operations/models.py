@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.brokers.models import Broker
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.models import (
     PERMANENT_REASONS,
@@ -177,7 +177,8 @@ class Operation(models.Model):
     returned_baseline = models.IntegerField(default=0)
     succeeded_baseline = models.IntegerField(default=0)
 
-    # Counts by queue and by destination (name to count) and the biggest patterns (id, template, count).
+    # Counts by broker, by queue and by destination (name to count; a queue or destination on a broker other than
+    # default is named "broker · queue") and the biggest patterns (id, template, count).
     breakdown = models.JSONField(default=dict, blank=True)
     unreplayable = models.IntegerField(default=0)
     # {reason text: count}, e.g. {"exchange 'shop' does not exist": 12}.
@@ -375,13 +376,38 @@ class Operation(models.Model):
         return str((self.breakdown or {}).get("bindings") or "")
 
     @property
+    def broker_counts(self) -> list[tuple[str, int]]:
+        """(broker, dead letters) of each broker the plan's set spans, biggest first."""
+        found = (self.breakdown or {}).get("brokers") or {}
+        counts = [(str(name), int(count)) for name, count in found.items()]
+        return sorted(counts, key=lambda item: (-item[1], item[0]))
+
+    @property
+    def names_brokers(self) -> bool:
+        """Whether its pages name brokers: its set or its target is on a broker other than default."""
+        return self.target_broker_id is not None or any(name != DEFAULT for name, _ in self.broker_counts)
+
+    @property
+    def broker_span(self) -> str:
+        """What a plan says before it starts when its set spans more than one broker ("This retry spans 2 brokers:
+        production 120, staging 3"); "" otherwise."""
+        counts = self.broker_counts
+        if len(counts) < 2:
+            return ""
+        each = ", ".join(f"{name} {count:,}" for name, count in counts)
+        return f"This {self.get_kind_display().lower()} spans {len(counts)} brokers: {each}"
+
+    @property
     def target_display(self) -> str:
+        on = f" on broker {self.target_broker.name}" if self.target_broker_id is not None and self.target_broker else ""
+        if not on and self.kind == OperationKind.MOVE and len(self.broker_counts) > 1:
+            on = " on each dead letter's own broker"
         if self.target_queue:
-            return f"queue {self.target_queue}"
+            return f"queue {self.target_queue}{on}"
         if self.target_exchange:
-            return f"exchange {self.target_exchange} / {self.target_routing_key}"
+            return f"exchange {self.target_exchange} / {self.target_routing_key}{on}"
         if self.kind in (OperationKind.RETRY, OperationKind.EDIT_RETRY):
-            return "original queues"
+            return "original queues" + (" on their own brokers" if len(self.broker_counts) > 1 else "")
         return ""
 
 

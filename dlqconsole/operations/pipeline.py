@@ -13,6 +13,10 @@ from django.db import connections
 from dlqconsole.core.publish import Message, Outcome
 from dlqconsole.operations.destinations import Destination
 
+# The outcome of a message whose broker cannot be reached for now: back to pending, passed over by the cursor until
+# the broker may be tried again (a NOT_SENT one is read again at once).
+HELD = "held"
+
 
 @dataclass
 class Letter:

@@ -7,20 +7,22 @@ younger ones are looked at again on the next run (a decision is idempotent).
 
 Due dead letters are taken with SELECT ... FOR UPDATE SKIP LOCKED (on SQLite the IMMEDIATE transaction serialises
 writers instead) and replayed by an ordinary retry operation, so they go through the same limiter, publisher,
-outcome records and audit log as a person's retry.
+outcome records and audit log as a person's retry. Like any retry, each goes back to the broker its dead letter came
+from; a policy may cover the dead letters of one broker only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.counters import CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import (
@@ -156,7 +158,9 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
         DeadLetter.objects.filter(pk__in=[row[0] for row in due]).update(next_retry_at=None)
         policies = list(RetryPolicy.objects.all())
         groups: dict[RetryPolicy | None, list[int]] = defaultdict(list)
+        broker_of: dict[int, int] = {}
         for pk, broker_id, source_queue, original_queue, reason, pattern_id in due:
+            broker_of[pk] = broker_id
             policy = matching_policy(
                 [policy for policy in policies if policy.enabled] or policies,
                 broker_id=broker_id,
@@ -166,8 +170,10 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
                 pattern_id=pattern_id,
             )
             groups[policy].append(pk)
+        names = dict(Broker.objects.values_list("pk", "name"))
         operations = []
         for policy, pks in groups.items():
+            brokers = Counter(names.get(broker_of[pk], str(broker_of[pk])) for pk in pks)
             operation = Operation.objects.create(
                 kind=OperationKind.RETRY,
                 filter={"ids": pks},
@@ -179,7 +185,7 @@ def start_due_retries(*, now: dt.datetime | None = None, limit: int = 1000) -> l
                 started_at=now,
                 heartbeat_at=now,
                 total=len(pks),
-                breakdown={"destination": {}, "queue": {}, "pattern": []},
+                breakdown={"destination": {}, "queue": {}, "pattern": [], "brokers": dict(brokers.most_common())},
             )
             OperationItem.objects.bulk_create(
                 OperationItem(operation=operation, dead_letter_id=pk, status=ItemStatus.PENDING) for pk in pks

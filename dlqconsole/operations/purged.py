@@ -21,6 +21,7 @@ COLUMNS = (
     "dead_letter_id",
     "message_id",
     "dedupe_key",
+    "broker_name",
     "source_queue",
     "pattern_id",
     "pattern_template",
@@ -43,7 +44,15 @@ def record_purged(*, operation: Operation, dead_letter_ids: list[int]) -> None:
         DeadLetter.objects.filter(pk__in=dead_letter_ids)
         .order_by("pk")
         .values_list(
-            "pk", "message_id", "dedupe_key", "source_queue", "pattern_id", "status", "ingested_at", "pattern__template"
+            "pk",
+            "message_id",
+            "dedupe_key",
+            "broker__name",
+            "source_queue",
+            "pattern_id",
+            "status",
+            "ingested_at",
+            "pattern__template",
         )
     )
     PurgedDeadLetter.objects.bulk_create(
@@ -54,13 +63,14 @@ def record_purged(*, operation: Operation, dead_letter_ids: list[int]) -> None:
                 dead_letter_id=pk,
                 message_id=message_id,
                 dedupe_key=dedupe_key,
+                broker_name=broker_name,
                 source_queue=source_queue,
                 pattern_id=pattern_id,
                 pattern_template=template or "",
                 status=status,
                 ingested_at=ingested_at,
             )
-            for pk, message_id, dedupe_key, source_queue, pattern_id, status, ingested_at, template in rows
+            for pk, message_id, dedupe_key, broker_name, source_queue, pattern_id, status, ingested_at, template in rows
         ],
         batch_size=CHUNK,
     )

@@ -4,7 +4,6 @@ counters and the operation; and the circuit breaker that pauses on failures in a
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -18,12 +17,9 @@ from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_st
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import id_array, record_items
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem
-from dlqconsole.operations.pipeline import Claimed
+from dlqconsole.operations.pipeline import HELD, Claimed
 from dlqconsole.operations.run_state import RunState
 from dlqconsole.operations.taking import FAILABLE_STATUSES
-
-# Broker or limiter failures in a row before the operation pauses.
-CONNECTION_ATTEMPTS = 3
 
 
 class RecordSteps(RunState):
@@ -38,6 +34,7 @@ class RecordSteps(RunState):
         rows: list[tuple[int, str, dt.datetime | None, str, str]] = []
         outcome_of: dict[int, str] = {}
         unsent: list[int] = []
+        held: list[int] = []
         uncertain: list[int] = []
         last_error = ""
         for entry in claimed:
@@ -52,6 +49,9 @@ class RecordSteps(RunState):
                 last_error = outcome.error
             elif outcome.status == NOT_SENT:
                 unsent.append(entry.item_pk)
+            elif outcome.status == HELD:
+                held.append(entry.item_pk)
+                last_error = last_error or outcome.error
             else:
                 uncertain.append(entry.item_pk)
         with transaction.atomic():
@@ -86,9 +86,9 @@ class RecordSteps(RunState):
                     changes["replay_count"] = F("replay_count") + 1
                 DeadLetter.objects.filter(pk__in=id_array(ids)).update(**changes)
                 count_status_change([current[pk] for pk in ids], to_status=status)
-            # Never sent: back to pending, as if never taken.
-            if unsent:
-                OperationItem.objects.filter(pk__in=id_array(unsent)).update(
+            # Never sent: back to pending, as if never taken. (Held back ones too: their broker cannot be reached.)
+            if unsent or held:
+                OperationItem.objects.filter(pk__in=id_array(unsent + held)).update(
                     status=ItemStatus.PENDING, attempts=F("attempts") - 1
                 )
             succeeded = sum(1 for outcome in outcome_of.values() if outcome == new_status)
@@ -99,20 +99,22 @@ class RecordSteps(RunState):
                 last_error=(publish_error or last_error or F("last_error")),
                 heartbeat_at=now,
             )
+        # Unsent items are read again next; held back ones are passed over until their broker's wait is over.
         with self.cursor_lock:
             if unsent:
                 self.cursor = min(self.cursor, min(unsent) - 1)
             if uncertain:
                 self.look_for_in_flight = True
 
-    def _count_outcomes(self, outcomes: list[Outcome]) -> None:
-        """The circuit breaker: returned or refused publishes in a row (in confirm order) pause the operation."""
+    def _count_outcomes(self, outcomes: list[Outcome], *, broker: str) -> None:
+        """The circuit breaker: returned or refused publishes in a row (in confirm order) pause the operation. A
+        confirm from a broker shows it reachable again."""
         last_error = ""
         for outcome in outcomes:
             if outcome.status == CONFIRMED:
                 self.confirmed += 1
                 self.failure_streak = 0
-                self.connection_failures = 0
+                self.connection_failures.pop(broker, None)
             elif outcome.status in (RETURNED, NACKED, UNSENDABLE):
                 self.failure_streak += 1
                 last_error = outcome.error
@@ -123,12 +125,3 @@ class RecordSteps(RunState):
         self.failure_streak += count
         if self.failure_streak >= settings.DLQ_OPERATION_BREAKER_FAILURES:
             self._pause(f"publishing keeps failing: {self.failure_streak} failures in a row; the last: {error}")
-
-    def _count_connection_failure(self, error: str) -> None:
-        self._close_publisher()
-        self.destination_problems.clear()
-        self.connection_failures += 1
-        if self.connection_failures >= CONNECTION_ATTEMPTS:
-            self._pause(f"cannot publish: {error}")
-            return
-        time.sleep(min(2.0**self.connection_failures, 10.0))

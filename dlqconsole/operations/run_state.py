@@ -1,10 +1,16 @@
 """What one run of an operation keeps, and the steps every part of the run uses: the heartbeat that keeps its
-claim, the rate, the next items, the publisher, an automatic pause."""
+claim, the rate, the next items, a publisher per broker and how each broker is doing, an automatic pause.
+
+A run publishes to every broker its items go to, each through a connection of its own, opened when the first
+message for it comes and closed after a while without one. A broker that cannot be reached holds back only its own
+messages: they stay pending while the others go out, and are tried again after a wait (up to CONNECTION_ATTEMPTS
+times in a row); the operation pauses, naming the broker, only when nothing else is left to publish."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
@@ -13,16 +19,28 @@ from django.conf import settings
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.core import amqp
-from dlqconsole.core.publish import ConfirmedPublisher
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import DEFAULT
+from dlqconsole.core.publish import ConfirmedPublisher, PublishError
 from dlqconsole.core.ratelimit import RateLimiter, get_rate_limiter, parse_rate
 from dlqconsole.deadletters.models import DeadLetterStatus
-from dlqconsole.operations.destinations import Destination
+from dlqconsole.operations.destinations import Destination, KnownBrokers
 from dlqconsole.operations.models import ACTIVE_STATUSES, ItemStatus, Operation, OperationItem, OperationStatus
 from dlqconsole.operations.pacing import Pacer
 from dlqconsole.operations.pipeline import Batch, Lane, Read, Take
 
 logger = logging.getLogger(__name__)
+
+# Connection failures in a row before a broker is given up for this run (its messages then wait for a resume).
+CONNECTION_ATTEMPTS = 3
+# A publisher unused this long is closed (it is opened again when needed): it would miss its heartbeats while the
+# run publishes to other brokers or waits, and the broker would close it under us.
+IDLE_SECONDS = 15.0
+
+
+def on_broker_error(name: str, error: str) -> str:
+    """An error of a broker's connection, naming the broker unless it is default."""
+    return error if name == DEFAULT else f"broker {name}: {error}"
 
 
 class RunState:
@@ -32,10 +50,18 @@ class RunState:
         self.operation_id = operation_id
         self.continue_later = continue_later
         self.token = uuid.uuid4().hex
-        self.publisher: ConfirmedPublisher | None = None
+        self.brokers = KnownBrokers()
+        # By broker name: its publisher, when it was last used (time.monotonic()), and its connection failures in a
+        # row, when it may be tried again and the last error.
+        self.publishers: dict[str, ConfirmedPublisher] = {}
+        self.used_at: dict[str, float] = {}
+        self.connection_failures: dict[str, int] = {}
+        self.retry_at: dict[str, float] = {}
+        self.broker_errors: dict[str, str] = {}
+        # Brokers whose pending items were passed over (left behind the cursor) while they could not be reached.
+        self.held_back: set[str] = set()
         self.destination_problems: dict[Destination, str] = {}
         self.failure_streak = 0
-        self.connection_failures = 0
         self.rate_text: str | None = None
         self.pacer: Pacer | None = None
         self.last_return_check = 0.0
@@ -106,25 +132,70 @@ class RunState:
                 self.cursor = rows[-1][0]
         return rows
 
-    def _open_publisher(self) -> ConfirmedPublisher:
-        if self.publisher is None or not self.publisher.is_open:
-            self._close_publisher()
-            publisher = ConfirmedPublisher(
-                amqp.connection_parameters(),
-                key_header=settings.DLQ_REPLAYED_FROM_HEADER,
-                window=settings.DLQ_PUBLISH_WINDOW,
-            )
-            publisher.open()
-            self.publisher = publisher
-        return self.publisher
+    # Publishers and brokers ---------------------------------------------------------------------------------
 
-    def _close_publisher(self) -> None:
-        if self.publisher is not None:
+    def _open_publisher(self, name: str) -> ConfirmedPublisher:
+        """The open publisher of the broker called `name`, connecting first if needed; PublishError naming the
+        broker when it cannot."""
+        publisher = self.publishers.get(name)
+        if publisher is None or not publisher.is_open:
+            self._close_publisher(name)
             try:
-                self.publisher.close()
+                parameters = registry.connection_parameters(self.brokers.named(name))
+            except Exception as error:  # noqa: BLE001  (a broker gone, or a URL that cannot be read)
+                raise PublishError(on_broker_error(name, f"cannot connect: {type(error).__name__}")) from error
+            publisher = ConfirmedPublisher(
+                parameters, key_header=settings.DLQ_REPLAYED_FROM_HEADER, window=settings.DLQ_PUBLISH_WINDOW
+            )
+            try:
+                publisher.open()
+            except PublishError as error:
+                raise PublishError(on_broker_error(name, str(error))) from error
+            self.publishers[name] = publisher
+        self.used_at[name] = time.monotonic()
+        return publisher
+
+    def _close_publisher(self, name: str) -> None:
+        publisher = self.publishers.pop(name, None)
+        if publisher is not None:
+            try:
+                publisher.close()
             except Exception:  # noqa: BLE001  (closing a broken connection must not hide the real problem)
-                logger.debug("closing the publisher failed", exc_info=True)
-            self.publisher = None
+                logger.debug("closing the publisher of broker %s failed", name, exc_info=True)
+
+    def _close_publishers(self, *, idle_only: bool = False) -> None:
+        """Close every publisher, or (`idle_only`) those unused for IDLE_SECONDS with nothing awaiting a confirm."""
+        now = time.monotonic()
+        for name, publisher in list(self.publishers.items()):
+            idle = now - self.used_at.get(name, 0.0) > IDLE_SECONDS and not publisher.unconfirmed
+            if not idle_only or idle:
+                self._close_publisher(name)
+
+    def _broker_failed(self, name: str, error: str) -> None:
+        """A broker's connection failed or was lost: its messages are held back until it may be tried again."""
+        self._close_publisher(name)
+        # What was learnt of its destinations may have changed with it (an exchange deleted, a vhost rebuilt).
+        self.destination_problems = {
+            destination: problem
+            for destination, problem in self.destination_problems.items()
+            if destination.broker != name
+        }
+        failures = self.connection_failures[name] = self.connection_failures.get(name, 0) + 1
+        self.retry_at[name] = time.monotonic() + min(2.0**failures, 10.0)
+        self.broker_errors[name] = on_broker_error(name, error.removeprefix(f"broker {name}: "))
+        logger.warning("operation %s: %s (failure %s in a row)", self.operation_id, self.broker_errors[name], failures)
+
+    def _broker_down(self, name: str) -> str:
+        """Why the broker called `name` is not tried now ("" when it may be): it failed and its wait is not over,
+        or it failed CONNECTION_ATTEMPTS times in a row."""
+        if not self.connection_failures.get(name):
+            return ""
+        if self._given_up(name) or time.monotonic() < self.retry_at.get(name, 0.0):
+            return self.broker_errors.get(name, on_broker_error(name, "cannot connect"))
+        return ""
+
+    def _given_up(self, name: str) -> bool:
+        return self.connection_failures.get(name, 0) >= CONNECTION_ATTEMPTS
 
     def _pause(self, reason: str, *, error: str = "", canary_failed: bool = False) -> None:
         paused = Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES).update(

@@ -23,6 +23,11 @@ database connection. At most PIPELINE_DEPTH batches, a chunk, are in flight at a
 Only one worker runs an operation at a time: it claims the row with a conditional UPDATE and keeps a heartbeat;
 the sweeper hands an operation whose heartbeat went stale to another worker.
 
+Each message goes back to its destination's broker (a retry's is the broker its dead letter came from), through a
+publisher per broker: a batch spanning two brokers goes out through both, and each publisher's confirms are all in
+by the end of the next batch, as with one. A broker that cannot be reached holds back only its own messages (see
+run_state.py).
+
 The loop and the publishing are here; each step has a module of its own beside this one, a part of OperationRunner
 built on the state of run_state.py: taking.py, recording.py (and the circuit breaker), canary.py (the canary, the
 returns, finishing) and changes.py (archive, restore, purge). pipeline.py holds what passes between the steps and
@@ -34,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
@@ -42,7 +48,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from dlqconsole.core.publish import UNCONFIRMED, Message, Outcome, PublishError
+from dlqconsole.core.publish import NOT_SENT, UNCONFIRMED, Message, Outcome, PublishError
 from dlqconsole.deadletters.models import DeadLetterStatus
 from dlqconsole.operations.canary import CanarySteps
 from dlqconsole.operations.changes import ChangeSteps
@@ -55,7 +61,7 @@ from dlqconsole.operations.models import (
     OperationKind,
     OperationStatus,
 )
-from dlqconsole.operations.pipeline import Batch, Claimed, Lane, Read, Take, land
+from dlqconsole.operations.pipeline import HELD, Batch, Claimed, Lane, Read, Take, land
 from dlqconsole.operations.recording import RecordSteps
 from dlqconsole.operations.taking import TakeSteps
 
@@ -65,6 +71,8 @@ logger = logging.getLogger(__name__)
 # is this share of DLQ_OPERATION_CHUNK_SIZE, so the chunk still bounds what a killed worker can leave in flight.
 PIPELINE_DEPTH = 3
 RECORDERS = 2
+# While waiting for a broker to be tried again, the longest sleep between two heartbeats.
+WAIT_TICK_SECONDS = 1.0
 
 
 class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
@@ -87,6 +95,7 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         # can run side by side (they meet only on the counters and the operation row, at their very end).
         self.recorders = [Lane(threaded=threaded) for _ in range(RECORDERS if threaded else 1)]
         try:
+            self.brokers.load()
             self._loop()
             self._settle()
         except Exception as error:
@@ -97,7 +106,7 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
             except Exception:  # noqa: BLE001  (what is left in flight is published again on resume, and counted)
                 logger.exception("operation %s: could not give back its prefetched chunk", self.operation_id)
         finally:
-            self._close_publisher()
+            self._close_publishers()
             self.reader.close()
             self.taker.close()
             for recorder in self.recorders:
@@ -168,8 +177,9 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         """Collect the confirms of batches already published."""
         if not self.unconfirmed:
             return
-        if self.publisher is not None and self.publisher.is_open:
-            self._sort_outcomes(self.publisher.publish([], on_tick=self._heartbeat))
+        for publisher in list(self.publishers.values()):
+            if publisher.is_open and publisher.unconfirmed:
+                self._sort_outcomes(publisher.publish([], on_tick=self._heartbeat))
         # Whatever is still unaccounted for went out on a connection that is gone: it may or may not have arrived.
         lost = [Outcome(key, UNCONFIRMED, "the connection to RabbitMQ was lost") for key in list(self.unconfirmed)]
         self._sort_outcomes(lost)
@@ -220,6 +230,7 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         and confirms lag one batch behind (see the module docstring). False when nothing is left."""
         if prefetch:
             limit = max(1, limit // PIPELINE_DEPTH)
+        self._close_publishers(idle_only=True)
         ahead = self.prefetched is not None
         if self.prefetched is not None:
             take = self.prefetched.result()
@@ -234,7 +245,7 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
                 self.look_for_in_flight = True
             take = self._take_fresh(operation, limit)
         if take is None:
-            return False
+            return self._retry_held_back() if self.held_back else False
         if prefetch:
             # The next batch is read a batch ahead (no locks) and taken once the record that leaves room has landed:
             # PIPELINE_DEPTH batches in flight at most, this one included.
@@ -249,13 +260,6 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
             self._count_failures(take.failed, take.error)
         if not take.claimed:
             return True
-        try:
-            publisher = self._open_publisher()
-        except PublishError as error:
-            self._record_now(take.claimed, outcomes={}, publish_error=str(error))
-            self._settle()
-            self._count_connection_failure(str(error))
-            return True
         batch = Batch(claimed=take.claimed, waiting=len(take.claimed))
         for entry in take.claimed:
             self.unconfirmed[entry.letter.pk] = batch
@@ -263,23 +267,128 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         while self.recording and self.recording[0].done():
             self.recording.pop(0).result()
         self.recording.append(batch.landed)
-        # Pipelining, the call returns once the batch is sent: its confirms arrive during the next one.
-        outcomes = publisher.publish(
-            take.messages,
-            delay_for=self._delay_for(take.claimed),
-            on_tick=self._heartbeat,
-            wait_for_confirms=not prefetch,
-        )
-        if self.pacer is not None and not publisher.error:
-            self.pacer.prime({entry.destination.limit_key for entry in take.claimed})
-        lost = publisher.error or ("" if publisher.is_open else "the connection to RabbitMQ was lost")
-        self._count_outcomes(outcomes)
-        self._sort_outcomes(outcomes)
-        if lost:
-            # Nothing more goes out: let what is due come in, give back what was taken ahead, back off.
-            self._settle()
+        self._publish_batch(take, prefetch=prefetch)
+        return True
+
+    def _publish_batch(self, take: Take, *, prefetch: bool) -> None:
+        """Publish a taken batch, each message through the publisher of its destination's broker; hold back the
+        messages of a broker that cannot be reached now. Pipelining, each call returns once its messages are sent:
+        their confirms arrive during the next batch."""
+        broker_of: dict[Hashable, str] = {entry.letter.pk: entry.destination.broker for entry in take.claimed}
+        groups: dict[str, list[Message]] = {}
+        for message in take.messages:
+            groups.setdefault(broker_of[message.key], []).append(message)
+        delay_for = self._delay_for(take.claimed)
+        held: dict[str, list[Message]] = {}
+        published, stopped, lost_any = False, "", False
+        for name, messages in groups.items():
+            if stopped:
+                self._sort_outcomes([Outcome(message.key, NOT_SENT, stopped) for message in messages])
+                continue
+            down = self._broker_down(name)
+            if not down:
+                try:
+                    publisher = self._open_publisher(name)
+                except PublishError as error:
+                    self._broker_failed(name, str(error))
+                    down = self.broker_errors[name]
+            if down:
+                held[name] = messages
+                continue
+            outcomes = publisher.publish(
+                messages, delay_for=delay_for, on_tick=self._heartbeat, wait_for_confirms=not prefetch
+            )
+            published = True
+            self._count_outcomes(outcomes, broker=name)
+            self._sort_outcomes(outcomes)
             if not publisher.is_open:
-                self._count_connection_failure(lost)
+                self._broker_failed(name, publisher.error or "the connection to RabbitMQ was lost")
+                lost_any = True
+            elif publisher.error:
+                # Halted (a pause, a cancel, the rate limiter failing): nothing more goes out in this batch.
+                stopped = publisher.error
+        # The confirms still due on brokers this batch did not go to: every batch's are in by the end of the next.
+        for name, publisher in list(self.publishers.items()):
+            if name not in groups and publisher.is_open and publisher.unconfirmed:
+                self._sort_outcomes(publisher.publish([], on_tick=self._heartbeat))
+        if held:
+            self._hold(held, progressed=published)
+        if stopped or lost_any:
+            # Nothing more goes out for now: let what is due come in and give back what was taken ahead.
+            self._settle()
+        elif self.pacer is not None and not held:
+            self.pacer.prime({entry.destination.limit_key for entry in take.claimed})
+
+    # Brokers that cannot be reached ---------------------------------------------------------------------------
+
+    def _hold(self, held: dict[str, list[Message]], *, progressed: bool) -> None:
+        """The messages of brokers that cannot be reached now. When others went out in this batch, they are passed
+        over (pending, behind the cursor) until the end, and tried again then. When none did, the run waits for
+        the first of those brokers to be tried again and reads them again; once each of those brokers has been
+        given up, it passes over their messages to the next one for a broker it can reach."""
+        waiting = [name for name in held if not self._given_up(name)]
+        if progressed or not waiting:
+            for name, messages in held.items():
+                self._sort_outcomes([Outcome(message.key, HELD, self.broker_errors[name]) for message in messages])
+            self.held_back.update(held)
+            if not progressed:
+                self._settle()
+                self._skip_to_reachable()
+            return
+        self._sort_outcomes(
+            [
+                Outcome(message.key, NOT_SENT, self.broker_errors[name])
+                for name, messages in held.items()
+                for message in messages
+            ]
+        )
+        self._settle()
+        self._wait_for_brokers(waiting)
+
+    def _wait_for_brokers(self, names: list[str]) -> bool:
+        """Wait, keeping the heartbeat, until the first of these brokers may be tried again; False when the
+        operation was paused, cancelled or taken over meanwhile."""
+        until = min(self.retry_at.get(name, 0.0) for name in names)
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, WAIT_TICK_SECONDS))
+            if not self._heartbeat():
+                return False
+        return True
+
+    def _skip_to_reachable(self) -> None:
+        """Move the cursor to just before the next pending item for a broker that has not been given up (its
+        brokers' items wait behind it), or past the last one when there is none."""
+        given_up = [name for name in self.connection_failures if self._given_up(name)]
+        target_id = Operation.objects.filter(pk=self.operation_id).values_list("target_broker_id", flat=True).get()
+        pending = OperationItem.objects.filter(operation_id=self.operation_id, status=ItemStatus.PENDING)
+        with self.cursor_lock:
+            after = pending.filter(pk__gt=self.cursor).order_by("pk")
+            if target_id is None:
+                ids = [self.brokers.named(name).pk for name in given_up]
+                reachable = after.exclude(dead_letter__broker_id__in=ids).values_list("pk", flat=True).first()
+            else:
+                reachable = None if self.brokers.name(target_id) in given_up else self.cursor + 1
+            if reachable is not None:
+                self.cursor = max(self.cursor, reachable - 1)
+            else:
+                self.cursor = max(self.cursor, pending.order_by("-pk").values_list("pk", flat=True).first() or 0)
+
+    def _retry_held_back(self) -> bool:
+        """Everything else is done: read the held-back messages again once one of their brokers may be tried again;
+        pause, naming the brokers, when each has been given up (their messages stay pending for a resume)."""
+        self._settle()
+        waiting = [name for name in self.held_back if not self._given_up(name)]
+        if not waiting:
+            pending = OperationItem.objects.filter(operation_id=self.operation_id, status=ItemStatus.PENDING).count()
+            errors = "; ".join(self.broker_errors.get(name, name) for name in sorted(self.held_back))
+            noun = "message waits" if pending == 1 else "messages wait"
+            self._pause(f"cannot publish: {errors}. {pending:,} {noun}: resume once the broker can be reached")
+            return True
+        if self._wait_for_brokers(waiting):
+            self.held_back.clear()
+            with self.cursor_lock:
+                self.cursor = 0
+                self.look_for_in_flight = True
         return True
 
     def _take_fresh(self, operation: Operation, limit: int) -> Take | None:

@@ -10,7 +10,7 @@ from django.db.models import F, JSONField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from dlqconsole.core import amqp, replay_guard
+from dlqconsole.core import amqp
 from dlqconsole.core.publish import Message
 from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
@@ -18,7 +18,6 @@ from dlqconsole.operations.destinations import (
     Destination,
     check_destinations,
     move_destination,
-    refused_destination,
     replay_properties,
     retry_destination,
 )
@@ -116,7 +115,7 @@ class TakeSteps(RunState):
             reasons = {
                 entry.item_pk: CUT_BODY
                 if entry.letter.body_truncated
-                else problems.get(entry.destination, "") or _routing_header_problem(entry)
+                else problems.get(entry.destination, "") or self._routing_header_problem(entry)
                 for entry in candidates
             }
             failed = [entry for entry in candidates if reasons[entry.item_pk]]
@@ -166,47 +165,62 @@ class TakeSteps(RunState):
         ]
 
     def _destination(self, operation: Operation, letter: Letter) -> Destination | None:
+        """Where the dead letter goes: a retry to its original queue on the broker it came from; a move to the
+        target on the move's target broker, else on the dead letter's own."""
         if operation.kind == OperationKind.MOVE:
             return move_destination(
                 target_queue=operation.target_queue,
                 target_exchange=operation.target_exchange,
                 target_routing_key=operation.target_routing_key,
+                broker=self.brokers.name(operation.target_broker_id or letter.broker_id),
             )
         return retry_destination(
-            exchange=letter.original_exchange, routing_keys=letter.original_routing_keys, queue=letter.original_queue
+            exchange=letter.original_exchange,
+            routing_keys=letter.original_routing_keys,
+            queue=letter.original_queue,
+            broker=self.brokers.name(letter.broker_id),
         )
 
     def _destination_problems(self, destinations: set[Destination]) -> dict[Destination, str]:
-        """The console's own Celery queues (never a destination, whatever a dead letter says) and missing
-        exchanges, checked once per run: publishing to one would close the channel for everybody.
+        """Disabled brokers, the console's own Celery queues (never a destination, whatever a dead letter says)
+        and missing exchanges, checked once per run on each destination's broker: publishing to a missing exchange
+        would close the channel for everybody.
 
-        A missing queue is left to the broker: the message comes back (mandatory) and is marked failed.
+        A missing queue is left to the broker: the message comes back (mandatory) and is marked failed. The
+        exchanges of a broker that cannot be reached now are not checked: its messages are held back anyway.
         """
-        unknown = {destination for destination in destinations if destination not in self.destination_problems}
+        # The main thread replaces the dict when a broker fails: what is learnt here goes to the one read now.
+        known = self.destination_problems
+        unknown = {destination for destination in destinations if destination not in known}
         for destination in list(unknown):
-            if refused := refused_destination(destination):
-                self.destination_problems[destination] = refused
+            if refused := self.brokers.unpublishable(destination):
+                known[destination] = refused
                 unknown.discard(destination)
-        if unknown:
-            exchanges = {Destination(exchange=d.exchange, routing_key=d.routing_key) for d in unknown if d.exchange}
+        by_broker: dict[str, set[Destination]] = {}
+        for destination in unknown:
+            if destination.exchange and not self._broker_down(destination.broker):
+                by_broker.setdefault(destination.broker, set()).add(destination.on_exchange)
+        for name, exchanges in by_broker.items():
             try:
-                found = check_destinations(exchanges) if exchanges else {}
+                found = check_destinations(exchanges, broker=self.brokers.named(name))
             except Exception as error:  # noqa: BLE001  (the publisher will meet the same problem and report it)
-                logger.warning("could not check destinations: %r", error)
-                return {}
+                logger.warning("could not check destinations on broker %s: %r", name, error)
+                continue
             for destination in unknown:
-                bare = Destination(exchange=destination.exchange, routing_key=destination.routing_key)
-                self.destination_problems[destination] = found.get(bare, "")
-        return {destination: self.destination_problems[destination] for destination in destinations}
+                if destination.broker == name:
+                    known[destination] = found.get(destination.on_exchange, "")
+        for destination in unknown:
+            if not destination.exchange:
+                known[destination] = ""
+        return {destination: known.get(destination, "") for destination in destinations}
 
-
-def _routing_header_problem(entry: Claimed) -> str:
-    """Why the CC or BCC header of a dead letter keeps it from being replayed ("" when it has none or they pass)."""
-    headers = entry.letter.headers
-    if not isinstance(headers, dict) or not ("CC" in headers or "BCC" in headers):
-        return ""
-    refused = replay_guard.header_refusal(entry.destination.exchange, headers)
-    return f"refused: {refused}" if refused else ""
+    def _routing_header_problem(self, entry: Claimed) -> str:
+        """Why the CC or BCC header of a dead letter keeps it from being replayed ("" when it has none or they
+        pass), judged for the broker it goes to."""
+        headers = entry.letter.headers
+        if not isinstance(headers, dict) or not ("CC" in headers or "BCC" in headers):
+            return ""
+        return self.brokers.header_refusal(entry.destination, headers)
 
 
 def _counted(letter: Letter) -> CountedRow:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.item_sql import delete_dead_letters
@@ -60,12 +62,20 @@ def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int =
             if not rows:
                 break
             delete_dead_letters(ids=[row[0] for row in rows])
-            count_status_change([CountedRow(*row[1:]) for row in rows], to_status=None)
-            queues = sorted({row[1] for row in rows})
+            counted = [CountedRow(*row[1:]) for row in rows]
+            count_status_change(counted, to_status=None)
+            found: dict[str, Any] = {"status": [DeadLetterStatus.ARCHIVED]}
+            brokers = sorted(
+                Broker.objects.filter(pk__in={row.broker_id for row in counted}).values_list("name", flat=True)
+            )
+            if brokers != [DEFAULT]:
+                found["broker"] = brokers
+            found["queue"] = sorted({row.source_queue for row in counted})
+            found["until"] = cutoff.isoformat()
             record_audit(
                 actor=None,
                 action="archive.retention",
-                filter={"status": [DeadLetterStatus.ARCHIVED], "queue": queues, "until": cutoff.isoformat()},
+                filter=found,
                 count=len(rows),
                 detail=f"deleted dead letters archived more than {days} days ago (ids {rows[0][0]} to {rows[-1][0]})",
             )

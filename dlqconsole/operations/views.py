@@ -26,6 +26,7 @@ from django_htmx.http import HttpResponseStopPolling
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.brokers import registry
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
@@ -90,13 +91,15 @@ def estimate(chosen: DeadLetterFilter, *, kind: str) -> int | None:
         if len(chosen.ids) > ESTIMATE_MAX_IDS:
             return None
         return DeadLetter.objects.filter(pk__in=chosen.ids, status__in=statuses).count()
-    if not used <= {"pattern", "queue", "reason", "status"}:
+    if not used <= {"pattern", "broker", "queue", "reason", "status"}:
         return None
     cells = DeadLetterCount.objects.filter(status__in=statuses)
     if chosen.pattern:
         cells = cells.filter(pattern_id__in=chosen.pattern)
     if chosen.reason:
         cells = cells.filter(failure_reason__in=chosen.reason)
+    if chosen.broker:
+        cells = cells.filter(broker__name__in=chosen.broker)
     if chosen.queue:
         # The counters know source queues only; a filter naming an original queue cannot be estimated here.
         known = DeadLetterCount.objects.filter(source_queue__in=chosen.queue).values_list("source_queue", flat=True)
@@ -134,6 +137,8 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         "estimate": planned_estimate,
         "patterns": FailurePattern.objects.filter(pk__in=chosen.pattern[:20]) if chosen.pattern else [],
         "rate_choices": RATE_CHOICES,
+        # A move may go to another broker: the choice is offered where there is more than one.
+        "brokers": _broker_choices() if kind == OperationKind.MOVE else [],
         "plan_size": plan_size,
         "canary_choices": canary_choices(plan_size, chosen=query.get("canary_size", "0")),
         "values": {
@@ -143,6 +148,7 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
             "target_queue": query.get("target_queue", ""),
             "target_exchange": query.get("target_exchange", ""),
             "target_routing_key": query.get("target_routing_key", ""),
+            "target_broker": query.get("target_broker", ""),
             "limit": query.get("limit", ""),
         },
         "error": error,
@@ -161,6 +167,12 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         context["error"] = str(problem)
         return render(request, "operations/plan.html", context, status=400)
     return redirect("operations:detail", pk=operation.pk)
+
+
+def _broker_choices() -> list[str]:
+    """The names of the brokers a move may go to, when there is more than one (else the page asks nothing)."""
+    names = [broker.name for broker in registry.brokers()]
+    return names if len(names) > 1 else []
 
 
 def _plan_size(estimate: int | None, limit: str) -> int | None:
@@ -214,7 +226,7 @@ def _filter_items(chosen: DeadLetterFilter) -> list[tuple[str, str]]:
 @require_GET
 @vary_on_headers("HX-Request")
 def operations_list(request: HtmxHttpRequest) -> HttpResponse:
-    operations = Operation.objects.select_related("created_by").order_by("-id")
+    operations = Operation.objects.select_related("created_by", "target_broker").order_by("-id")
     status = request.GET.get("status", "")
     if status == "unfinished":
         operations = operations.unfinished()
@@ -241,7 +253,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 @vary_on_headers("HX-Request")
 def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    operation = get_object_or_404(Operation.objects.select_related("created_by"), pk=pk)
+    operation = get_object_or_404(Operation.objects.select_related("created_by", "target_broker"), pk=pk)
     context = _detail_context(operation)
     if request.htmx:
         response = render(request, "operations/detail.html#progress", context)
@@ -281,6 +293,8 @@ def _replan_url(operation: Operation) -> str:
     for name in ("target_queue", "target_exchange", "target_routing_key", "rate"):
         if getattr(operation, name):
             query[name] = getattr(operation, name)
+    if operation.target_broker is not None:
+        query["target_broker"] = operation.target_broker.name
     return f"{reverse('operations:plan')}?{query.urlencode()}"
 
 
@@ -344,6 +358,7 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "queues": sorted((breakdown.get("queue") or {}).items(), key=lambda item: -int(item[1])),
         "patterns": list(breakdown.get("pattern") or []),
         "destinations": sorted((breakdown.get("destination") or {}).items(), key=lambda item: -int(item[1])),
+        "brokers": operation.broker_counts if operation.names_brokers else [],
         "unreplayable": sorted((operation.unreplayable_reasons or {}).items(), key=lambda item: -int(item[1])),
         "unreplayable_count": unreplayable_count,
         # Start could only mark every message failed: the button is disabled (and the server refuses it).

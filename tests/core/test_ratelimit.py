@@ -26,6 +26,7 @@ from dlqconsole.core.ratelimit import (
     RedisRateLimiter,
     get_rate_limiter,
     parse_rate,
+    scoped_key,
 )
 
 T = 1_000.0  # an explicit clock reading for the arithmetic tests
@@ -186,6 +187,26 @@ def test_burst_of_a_faster_rate_is_earned_again_after_a_speed_up(limiter: RateLi
     # The next token is one new interval after the latest; the burst is earned again at the new rate.
     assert limiter.reserve("orders", fast, 20, now=T).due(0) == pytest.approx(0.01)
     assert limiter.reserve("orders", fast, 20, now=T + 1).count == 10
+
+
+@pytest.mark.parametrize("kind", ["redis", "local"])
+def test_the_same_queue_on_two_brokers_has_two_buckets(
+    kind: str, redis_limiter: Callable[[], RedisRateLimiter]
+) -> None:
+    """`orders` on the broker default and on staging (two vhosts) are two destinations: spending one's tokens leaves
+    the other's whole. The broker default keeps the key it had before brokers existed."""
+    limiter = redis_limiter() if kind == "redis" else LocalRateLimiter()
+    rate = parse_rate("1/1h")
+    on_default, on_staging = scoped_key("queue:orders"), scoped_key("queue:orders", broker="staging")
+
+    assert (on_default, on_staging) == ("queue:orders", "broker:staging:queue:orders")
+    assert limiter.try_acquire(on_default, rate, now=T) == 0.0
+    assert limiter.try_acquire(on_staging, rate, now=T) == 0.0
+    assert limiter.try_acquire(on_staging, rate, now=T) == pytest.approx(3600.0)
+    assert limiter.try_acquire(on_default, rate, now=T) == pytest.approx(3600.0)
+    # No broker name can make a key of another broker's, nor of default's.
+    assert scoped_key("queue:x", broker="a") != scoped_key("queue:x", broker="a.b")
+    assert not scoped_key("queue:x", broker="a").startswith(("queue:", "exchange:"))
 
 
 @pytest.mark.parametrize("kind", ["redis", "local"])

@@ -1,18 +1,30 @@
-"""The operations test world: the broker channel, this run's Celery queue emptied after each test, and a database
-that refuses chosen deletions. Queues, workers and dead letters come from tests/support.py and tests/factories.py."""
+"""The operations test world: the broker channel, this run's Celery queue emptied after each test, a second broker
+(a vhost of its own), and a database that refuses chosen deletions. Queues, workers and dead letters come from
+tests/support.py and tests/factories.py."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pika
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter
+from dlqconsole.ingest.envelope import ParsedDeadLetter, broker_scope, parse_envelope
+from dlqconsole.ingest.services import ingest_batch
+from tests.support import declare_with_dlq, die_on_broker, wait_for_depth
 
 
 @pytest.fixture
@@ -63,3 +75,114 @@ def refuse_deleting() -> Iterator[Callable[[int], None]]:
         cursor.execute(f"DROP TRIGGER IF EXISTS test_refuse_deletion ON {table}")
         cursor.execute("DROP FUNCTION IF EXISTS test_refuse_deletion()")
         cursor.execute("DROP TABLE IF EXISTS test_refused_deletion")
+
+
+def rabbitmqctl(*arguments: str) -> None:
+    done = subprocess.run(["rabbitmqctl", *arguments], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"rabbitmqctl {' '.join(arguments)}: {done.stderr.strip()[:500]}"
+
+
+@dataclass
+class SecondBroker:
+    """The broker `staging` of a test: a vhost of its own on the local RabbitMQ, named in DLQ_BROKERS."""
+
+    name: str
+    vhost: str
+    url: str
+    channel: Channel
+
+    @property
+    def row(self) -> Broker:
+        return registry.get(self.name)
+
+    def depth(self, queue: str) -> int:
+        return int(self.channel.queue_declare(queue=queue, passive=True).method.message_count)
+
+    def revoke(self) -> None:
+        """Take guest's permissions on the vhost away: the broker refuses every new connection."""
+        rabbitmqctl("clear_permissions", "-p", self.vhost, "guest")
+
+    def grant(self) -> None:
+        rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+
+
+@pytest.fixture
+def staging(settings: Any) -> Iterator[SecondBroker]:
+    """A second broker, `staging`, beside default: a vhost made for the test (deleted afterwards, with everything
+    in it), guest's AMQP URL on it in DLQ_BROKERS, and a channel on it."""
+    vhost = f"dlqops-{uuid.uuid4().hex[:10]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    rabbitmqctl("add_vhost", vhost)
+    rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    settings.DLQ_BROKERS = {"staging": url}
+    registry.forget()
+    amqp = connect(url)
+    try:
+        yield SecondBroker(name="staging", vhost=vhost, url=url, channel=amqp.channel())
+    finally:
+        if amqp.is_open:
+            amqp.close()
+        rabbitmqctl("delete_vhost", vhost)
+
+
+ERROR = {"x-exception-message": "Connection refused to inventory-service:8080"}
+
+
+def ingest_on(channel: Channel, dlq: str, broker: Broker, *, expect: int) -> list[DeadLetter]:
+    """Drain a DLQ of `broker` into the database as consume_dlq does for that broker (its id and dedupe scope)."""
+    letters: list[ParsedDeadLetter] = []
+    tags: list[int] = []
+    deadline = time.monotonic() + 10
+    while len(letters) < expect and time.monotonic() < deadline:
+        method, properties, body = channel.basic_get(queue=dlq)
+        if method is None:
+            time.sleep(0.05)
+            continue
+        letters.append(
+            parse_envelope(
+                source_queue=dlq,
+                body=body,
+                properties=properties,
+                now=timezone.now(),
+                broker_id=broker.pk,
+                broker_scope=broker_scope(broker.pk, default=broker.is_default),
+            )
+        )
+        tags.append(method.delivery_tag)
+    assert len(letters) == expect
+    ingest_batch(letters=letters)
+    for tag in tags:
+        channel.basic_ack(delivery_tag=tag)
+    return list(DeadLetter.objects.filter(dedupe_key__in=[letter.dedupe_key for letter in letters]).order_by("pk"))
+
+
+@dataclass
+class TwoBrokers:
+    """`orders` on both brokers, two dead letters of it on default and three on staging, all of one pattern."""
+
+    orders: str
+    on_default: list[DeadLetter]
+    on_staging: list[DeadLetter]
+
+    @property
+    def pattern_id(self) -> int:
+        return self.on_default[0].pattern_id
+
+
+@pytest.fixture
+def two_brokers(channel: Channel, staging: SecondBroker, queue_name: Any) -> TwoBrokers:
+    orders = queue_name("orders")
+    for on in (channel, staging.channel):
+        declare_with_dlq(on, orders)
+    die_on_broker(channel, orders, [b"default 0", b"default 1"], headers=ERROR)
+    die_on_broker(staging.channel, orders, [b"staging 0", b"staging 1", b"staging 2"], headers=ERROR)
+    assert wait_for_depth(channel, orders + ".dlq", 2) == 2
+    assert wait_for_depth(staging.channel, orders + ".dlq", 3) == 3
+    world = TwoBrokers(
+        orders=orders,
+        on_default=ingest_on(channel, orders + ".dlq", registry.default_broker(), expect=2),
+        on_staging=ingest_on(staging.channel, orders + ".dlq", staging.row, expect=3),
+    )
+    # Patterns are global: the same failure on two brokers is one pattern.
+    assert {letter.pattern_id for letter in world.on_default + world.on_staging} == {world.pattern_id}
+    return world

@@ -110,6 +110,7 @@ def test_an_empty_form_means_no_target_no_rate_no_canary_and_no_limit() -> None:
         "target_queue": "",
         "target_exchange": "",
         "target_routing_key": "",
+        "target_broker": "",
         "rate": "",
         "canary_size": 0,
         "limit": None,
