@@ -3,6 +3,7 @@ workers on the test's database, and migrations run back and forth."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import secrets
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 import time_machine
 from django.conf import settings
@@ -23,7 +25,7 @@ from django.test import Client
 from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
 from tests.factories import UserFactory
-from tests.support import Vhost, Worker, make_vhost, rabbitmqctl, worker_environment
+from tests.support import Vhost, Worker, vhost_broker, worker_environment
 
 # The Celery workers and beat that tests start refuse to start without a real SECRET_KEY (dlqconsole/checks.py):
 # scripts/test exports one for its run, and a run started by hand gets one made here for the processes it starts.
@@ -126,13 +128,18 @@ def queue_name() -> Iterator[Callable[[str], str]]:
 
 @pytest.fixture
 def second_vhost(settings: Any) -> Iterator[Vhost]:
-    """A virtual host of its own on the local RabbitMQ, as the broker "second" (DLQ_BROKERS) beside default; deleted
-    with everything in it afterwards."""
-    vhost = make_vhost()
-    settings.DLQ_BROKERS = {"second": vhost.url}
-    registry.forget()
-    yield vhost
-    rabbitmqctl("delete_vhost", vhost.name, check=False)
+    """A vhost of its own as the broker "second" beside default (tests/support.py vhost_broker)."""
+    with vhost_broker(settings, "second") as vhost:
+        yield vhost
+
+
+@pytest.fixture
+def second_channel(second_vhost: Vhost) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    """A channel on the broker "second"; a test may have had the broker force-close it."""
+    connection = connect(second_vhost.url)
+    yield connection.channel()
+    with contextlib.suppress(pika.exceptions.AMQPError):
+        connection.close()
 
 
 def client_for(user: User, *, enforce_csrf_checks: bool = False) -> Client:

@@ -5,13 +5,14 @@ the tests start from are made by tests/factories.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,11 @@ from django.db import connection
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
 
+from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.ingest.envelope import ParsedDeadLetter, parse_envelope
+from dlqconsole.ingest.envelope import ParsedDeadLetter, broker_scope, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +108,12 @@ def die_on_broker(
     kill_on_broker(channel, queue, len(bodies))
 
 
-def ingest_from(channel: BlockingChannel, dlq: str, *, expect: int | None = None) -> list[DeadLetter]:
-    """Drain a DLQ into the database the way consume_dlq does (parse, ingest, then ack). With `expect`, wait up to
-    10 s for that many messages and check that many came."""
+def ingest_from(
+    channel: BlockingChannel, dlq: str, *, expect: int | None = None, broker: Broker | None = None
+) -> list[DeadLetter]:
+    """Drain a DLQ into the database the way consume_dlq does (parse, ingest, then ack), as a DLQ of `broker`
+    (default unless given). With `expect`, wait up to 10 s for that many messages and check that many came."""
+    scope = broker_scope(broker.pk, default=broker.is_default) if broker is not None else ""
     letters: list[ParsedDeadLetter] = []
     tags: list[int] = []
     deadline = time.monotonic() + 10
@@ -118,7 +124,16 @@ def ingest_from(channel: BlockingChannel, dlq: str, *, expect: int | None = None
                 break
             time.sleep(0.05)
             continue
-        letters.append(parse_envelope(source_queue=dlq, body=body, properties=properties, now=timezone.now()))
+        letters.append(
+            parse_envelope(
+                source_queue=dlq,
+                body=body,
+                properties=properties,
+                now=timezone.now(),
+                broker_id=broker.pk if broker is not None else None,
+                broker_scope=scope,
+            )
+        )
         tags.append(method.delivery_tag)
     ingest_batch(letters=letters)
     for tag in tags:
@@ -164,12 +179,20 @@ def rabbitmqctl(*arguments: str, check: bool = True) -> str:
     return done.stdout
 
 
-def make_vhost() -> Vhost:
-    name = f"dlqtest-{uuid.uuid4().hex[:10]}"
-    rabbitmqctl("add_vhost", name)
-    vhost = Vhost(name=name, url=f"amqp://guest:guest@127.0.0.1:5672/{name}")
-    vhost.grant()
-    return vhost
+@contextlib.contextmanager
+def vhost_broker(settings: Any, name: str) -> Iterator[Vhost]:
+    """A virtual host of its own on the local RabbitMQ, as the broker `name` (DLQ_BROKERS) beside default; deleted
+    with everything in it afterwards."""
+    vhost_name = f"dlqtest-{uuid.uuid4().hex[:10]}"
+    rabbitmqctl("add_vhost", vhost_name)
+    vhost = Vhost(name=vhost_name, url=f"amqp://guest:guest@127.0.0.1:5672/{vhost_name}")
+    try:
+        vhost.grant()
+        settings.DLQ_BROKERS = {name: vhost.url}
+        registry.forget()
+        yield vhost
+    finally:
+        rabbitmqctl("delete_vhost", vhost_name, check=False)
 
 
 # Subprocesses on the test's database ----------------------------------------------------------------------------

@@ -3,11 +3,9 @@ through its own connection, one refusing us never stopping the other, and depth 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pika.exceptions
 import pytest
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
@@ -15,7 +13,6 @@ from pika.adapters.blocking_connection import BlockingChannel
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert
 from dlqconsole.brokers import registry
-from dlqconsole.core.amqp import connect
 from dlqconsole.ingest.models import QueueSample
 from dlqconsole.ingest.sampling import sample_queue_depths
 from dlqconsole.ingest.topology import declare_queue_topology
@@ -23,14 +20,6 @@ from tests.factories import rule
 from tests.support import Vhost
 
 pytestmark = [pytest.mark.django_db]
-
-
-@pytest.fixture
-def second_channel(second_vhost: Vhost) -> Iterator[BlockingChannel]:
-    connection = connect(second_vhost.url)
-    yield connection.channel()
-    with contextlib.suppress(pika.exceptions.AMQPError):
-        connection.close()
 
 
 @pytest.fixture

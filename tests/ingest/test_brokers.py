@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pika.exceptions
 import pytest
 from django.core.management import call_command
 from django.db.models import Sum
@@ -21,15 +19,6 @@ from tests.ingest.conftest import ConsumerProcess, publish_dead_letters
 from tests.support import DeadLetterQueue, Vhost, declare_with_dlq, wait_until
 
 transactional = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def second_channel(second_vhost: Vhost) -> Iterator[Any]:
-    connection = connect(second_vhost.url)
-    yield connection.channel()
-    # The broker may have force-closed it meanwhile.
-    with contextlib.suppress(pika.exceptions.AMQPError):
-        connection.close()
 
 
 def watch(queue: DeadLetterQueue, broker: Broker) -> None:

@@ -4,9 +4,6 @@ tests/support.py and tests/factories.py."""
 
 from __future__ import annotations
 
-import subprocess
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,16 +12,13 @@ import pika
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.ingest.envelope import ParsedDeadLetter, broker_scope, parse_envelope
-from dlqconsole.ingest.services import ingest_batch
-from tests.support import declare_with_dlq, die_on_broker, wait_for_depth
+from tests.support import Vhost, declare_with_dlq, die_on_broker, ingest_from, rabbitmqctl, vhost_broker, wait_for_depth
 
 
 @pytest.fixture
@@ -77,19 +71,17 @@ def refuse_deleting() -> Iterator[Callable[[int], None]]:
         cursor.execute("DROP TABLE IF EXISTS test_refused_deletion")
 
 
-def rabbitmqctl(*arguments: str) -> None:
-    done = subprocess.run(["rabbitmqctl", *arguments], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, f"rabbitmqctl {' '.join(arguments)}: {done.stderr.strip()[:500]}"
-
-
 @dataclass
 class SecondBroker:
     """The broker `staging` of a test: a vhost of its own on the local RabbitMQ, named in DLQ_BROKERS."""
 
     name: str
-    vhost: str
-    url: str
+    vhost: Vhost
     channel: Channel
+
+    @property
+    def url(self) -> str:
+        return self.vhost.url
 
     @property
     def row(self) -> Broker:
@@ -100,60 +92,25 @@ class SecondBroker:
 
     def revoke(self) -> None:
         """Take guest's permissions on the vhost away: the broker refuses every new connection."""
-        rabbitmqctl("clear_permissions", "-p", self.vhost, "guest")
+        rabbitmqctl("clear_permissions", "-p", self.vhost.name, "guest")
 
     def grant(self) -> None:
-        rabbitmqctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+        self.vhost.grant()
 
 
 @pytest.fixture
 def staging(settings: Any) -> Iterator[SecondBroker]:
-    """A second broker, `staging`, beside default: a vhost made for the test (deleted afterwards, with everything
-    in it), guest's AMQP URL on it in DLQ_BROKERS, and a channel on it."""
-    vhost = f"dlqops-{uuid.uuid4().hex[:10]}"
-    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    rabbitmqctl("add_vhost", vhost)
-    rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    settings.DLQ_BROKERS = {"staging": url}
-    registry.forget()
-    amqp = connect(url)
-    try:
-        yield SecondBroker(name="staging", vhost=vhost, url=url, channel=amqp.channel())
-    finally:
-        if amqp.is_open:
-            amqp.close()
-        rabbitmqctl("delete_vhost", vhost)
+    """A second broker, `staging`, beside default (tests/support.py vhost_broker), and a channel on it."""
+    with vhost_broker(settings, "staging") as vhost:
+        amqp = connect(vhost.url)
+        try:
+            yield SecondBroker(name="staging", vhost=vhost, channel=amqp.channel())
+        finally:
+            if amqp.is_open:
+                amqp.close()
 
 
 ERROR = {"x-exception-message": "Connection refused to inventory-service:8080"}
-
-
-def ingest_on(channel: Channel, dlq: str, broker: Broker, *, expect: int) -> list[DeadLetter]:
-    """Drain a DLQ of `broker` into the database as consume_dlq does for that broker (its id and dedupe scope)."""
-    letters: list[ParsedDeadLetter] = []
-    tags: list[int] = []
-    deadline = time.monotonic() + 10
-    while len(letters) < expect and time.monotonic() < deadline:
-        method, properties, body = channel.basic_get(queue=dlq)
-        if method is None:
-            time.sleep(0.05)
-            continue
-        letters.append(
-            parse_envelope(
-                source_queue=dlq,
-                body=body,
-                properties=properties,
-                now=timezone.now(),
-                broker_id=broker.pk,
-                broker_scope=broker_scope(broker.pk, default=broker.is_default),
-            )
-        )
-        tags.append(method.delivery_tag)
-    assert len(letters) == expect
-    ingest_batch(letters=letters)
-    for tag in tags:
-        channel.basic_ack(delivery_tag=tag)
-    return list(DeadLetter.objects.filter(dedupe_key__in=[letter.dedupe_key for letter in letters]).order_by("pk"))
 
 
 @dataclass
@@ -180,8 +137,8 @@ def two_brokers(channel: Channel, staging: SecondBroker, queue_name: Any) -> Two
     assert wait_for_depth(staging.channel, orders + ".dlq", 3) == 3
     world = TwoBrokers(
         orders=orders,
-        on_default=ingest_on(channel, orders + ".dlq", registry.default_broker(), expect=2),
-        on_staging=ingest_on(staging.channel, orders + ".dlq", staging.row, expect=3),
+        on_default=ingest_from(channel, orders + ".dlq", broker=registry.default_broker(), expect=2),
+        on_staging=ingest_from(staging.channel, orders + ".dlq", broker=staging.row, expect=3),
     )
     # Patterns are global: the same failure on two brokers is one pattern.
     assert {letter.pattern_id for letter in world.on_default + world.on_staging} == {world.pattern_id}
