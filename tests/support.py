@@ -30,6 +30,7 @@ from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest.envelope import ParsedDeadLetter, broker_scope, parse_envelope
 from dlqconsole.ingest.services import ingest_batch
+from dlqconsole.operations.models import Operation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +70,17 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0, interval: f
             return True
         time.sleep(interval)
     return condition()
+
+
+def wait_for(operation: Operation, *statuses: str, timeout: float) -> Operation:
+    """Wait until the operation reaches one of `statuses`; fail naming the one it is in."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        operation.refresh_from_db()
+        if operation.status in statuses:
+            return operation
+        time.sleep(0.1)
+    raise AssertionError(f"operation {operation.pk} is {operation.status} after {timeout}s, not {statuses}")
 
 
 def queue_depth(queue: str) -> int:

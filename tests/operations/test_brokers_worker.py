@@ -4,30 +4,19 @@ letter came from, and a broker that refuses holds back only its own messages."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel as Channel
 
-from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+from dlqconsole.operations.models import OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import resume_operation, run_operation, start_operation
 from tests.factories import EnvelopeFactory, store
 from tests.operations.conftest import SecondBroker, TwoBrokers
-from tests.support import declare_with_dlq, drain, wait_for_depth
+from tests.support import declare_with_dlq, drain, wait_for, wait_for_depth
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(operation: Operation, *statuses: str, timeout: float) -> Operation:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        operation.refresh_from_db()
-        if operation.status in statuses:
-            return operation
-        time.sleep(0.1)
-    raise AssertionError(f"operation {operation.pk} is {operation.status} after {timeout}s, not {statuses}")
 
 
 def test_a_worker_retries_one_brokers_pattern_back_into_that_brokers_queue_only(

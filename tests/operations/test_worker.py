@@ -12,25 +12,15 @@ from django.db import connection
 from django.db.models import Max, Min
 
 from dlqconsole.deadletters.models import DeadLetterCount
-from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
+from dlqconsole.operations.models import ItemStatus, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import run_operation, start_operation
 from dlqconsole.operations.upkeep import requeue_stale_operations
 from tests.factories import synthetic_dead_letters
 from tests.operations.probe_celery import make_app
-from tests.support import declare_with_dlq, ingest_from, wait_for_depth
+from tests.support import declare_with_dlq, ingest_from, wait_for, wait_for_depth
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(operation: Operation, *statuses: str, timeout: float) -> Operation:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        operation.refresh_from_db()
-        if operation.status in statuses:
-            return operation
-        time.sleep(0.1)
-    raise AssertionError(f"operation {operation.pk} is {operation.status} after {timeout}s, not {statuses}")
 
 
 def test_a_replayed_celery_task_runs_again_in_a_real_worker(channel, queue_name, operator, celery_worker, tmp_path):
