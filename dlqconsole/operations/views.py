@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,7 +27,9 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
+from dlqconsole.brokers.models import DEFAULT
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
+from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
@@ -235,6 +237,15 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
     kind = request.GET.get("kind", "")
     if kind in OperationKind.values:
         operations = operations.filter(kind=kind)
+    names = sorted(selectors.broker_names().values())
+    broker = request.GET.get("broker", "")
+    if broker in names:
+        # Operations that touched the broker: its dead letters, or a move onto it. Those planned before brokers
+        # existed name none and were all on default.
+        touched = Q(breakdown__brokers__has_key=broker) | Q(target_broker__name=broker)
+        if broker == DEFAULT:
+            touched |= ~Q(breakdown__has_key="brokers")
+        operations = operations.filter(touched)
     rows, _, more = keyset_page(operations, size=HISTORY_PAGE_SIZE, before=parse_id(request.GET.get("before")))
     kept = request.GET.copy()
     kept.pop("before", None)
@@ -243,6 +254,8 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
         "older_query": f"{kept.urlencode()}&before={rows[-1].pk}" if more and rows else "",
         "status": status,
         "kind": kind,
+        "broker": broker,
+        "brokers": names if len(names) > 1 else [],
         "statuses": OperationStatus.choices,
         "kinds": OperationKind.choices,
         "unfinished": any(not operation.is_finished for operation in rows),

@@ -18,7 +18,7 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.operations.models import Operation, OperationStatus, RetryPolicy
+from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, RetryPolicy
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.policies import schedule_new_dead_letters, start_due_retries
 from dlqconsole.operations.services import run_operation
@@ -147,3 +147,15 @@ def test_a_purge_records_each_dead_letters_broker(
         (pk, "staging" if pk in staging_ids else "default") for pk in ids
     )
     assert all(row["source_queue"] == two_brokers.orders + ".dlq" for row in rows)
+
+
+def test_the_operations_list_filters_by_broker(two_brokers: TwoBrokers, operator: User) -> None:
+    on_staging = plan_operation(kind=OperationKind.RETRY, filter={"broker": ["staging"]}, actor=operator)
+    on_default = plan_operation(kind=OperationKind.RETRY, filter={"broker": ["default"]}, actor=operator)
+    client = client_for(operator)
+
+    html = client.get("/operations/?broker=staging").content.decode()
+    assert f"/operations/{on_staging.pk}/" in html and f"/operations/{on_default.pk}/" not in html
+    html = client.get("/operations/?broker=default").content.decode()
+    assert f"/operations/{on_default.pk}/" in html and f"/operations/{on_staging.pk}/" not in html
+    assert 'name="broker"' in html
