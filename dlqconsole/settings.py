@@ -14,6 +14,7 @@ from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
 from dlqconsole.checks import DEVELOPMENT_SECRET_KEY
+from dlqconsole.core.broker_urls import check_amqp_url
 from dlqconsole.core.env import (
     env_bool,
     env_duration,
@@ -213,6 +214,9 @@ RABBITMQ_API_URL = env_str("RABBITMQ_API_URL", "")
 DLQ_BROKERS = env_mapping("DLQ_BROKERS", name_pattern=BROKER_NAME)
 if "default" in DLQ_BROKERS:
     raise ImproperlyConfigured("DLQ_BROKERS must not name 'default': the broker default is AMQP_URL")
+for _name, _url in DLQ_BROKERS.items():
+    if _problem := check_amqp_url(_url):
+        raise ImproperlyConfigured(f"DLQ_BROKERS: the URL of {_name} is no AMQP URL: {_problem}")
 DLQ_BROKER_API_URLS = env_mapping("DLQ_BROKER_API_URLS", name_pattern=BROKER_NAME)
 # Encrypts the credentials of brokers added in the admin (Fernet). Several keys, comma-separated: the first
 # encrypts, every one decrypts (rotate by putting the new key first). Any text; it is stretched to a key.
@@ -464,7 +468,9 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["client_errors_one_line"]}
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"pika": {"level": "WARNING"}},
+    # pika logs a lost connection as an ERROR with its traceback, naming no broker; the consumer and the replay
+    # worker log each such loss themselves, naming the broker and what they do about it.
+    "loggers": {"pika": {"level": "CRITICAL"}},
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

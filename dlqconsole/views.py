@@ -6,7 +6,7 @@ import time
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
@@ -33,8 +33,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as error:  # noqa: BLE001  (a health check reports failures, it does not raise them)
         checks["database"] = f"error: {type(error).__name__}"
     others: dict[str, str] = {}
-    if checks["database"] == "ok":
-        for broker in registry.brokers():
+    brokers = _brokers() if checks["database"] == "ok" else None
+    if brokers is not None:
+        for broker in brokers:
             others[broker.name] = broker_status(broker)
         checks["broker"] = others.pop(DEFAULT, "error: disabled")
     else:
@@ -45,6 +46,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if others:
         body["brokers"] = others
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+def _brokers() -> list[Broker] | None:
+    """The enabled brokers, or None when the database cannot say (not migrated yet)."""
+    try:
+        return registry.brokers()
+    except DatabaseError:
+        return None
 
 
 # Each broker's last answer in this process, by its shown URL: (when it was asked, "ok" or the error).

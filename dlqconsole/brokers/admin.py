@@ -45,6 +45,13 @@ class BrokerForm(forms.ModelForm[Broker]):
         model = Broker
         fields = ["name", "amqp_url", "management_url", "tls_ca_certificate", "tls_verify", "enabled"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # Beside the stored URLs (shown without their passwords): these replace them.
+            self.fields["amqp_url"].label = "New AMQP URL"
+            self.fields["management_url"].label = "New management API URL"
+
     def clean_management_url(self) -> str:
         value: str = self.cleaned_data.get("management_url", "").strip()
         if value and value.lower() != "off":
@@ -60,7 +67,7 @@ class BrokerForm(forms.ModelForm[Broker]):
         cleaned = super().clean() or {}
         amqp_url = cleaned.get("amqp_url", "")
         if not amqp_url and not self.instance.url_secret:
-            self.add_error("amqp_url", "A new broker needs its AMQP URL.")
+            self.add_error("amqp_url", "This broker has no stored AMQP URL: give it one.")
         if (amqp_url or cleaned.get("management_url")) and not secrets.available():
             raise forms.ValidationError(
                 "DLQ_CREDENTIALS_KEY is not set: broker credentials are stored encrypted with it. Set it in the "
@@ -121,12 +128,12 @@ class BrokerAdmin(AuditedModelAdmin[Broker]):
             try:
                 registry.connect(broker, heartbeat=0).close()
             except secrets.CredentialsError as error:
-                self.message_user(request, f"{broker.name}: {error}", level=messages.ERROR)
+                self.message_user(request, f"Broker {broker.name}: {error}", level=messages.ERROR)
             except Exception as error:  # noqa: BLE001  (any failure to connect is the answer)
                 self.message_user(
                     request,
-                    f"{broker.name} ({broker.url}): cannot connect: {type(error).__name__} {str(error)[:200]}",
+                    f"Broker {broker.name} ({broker.url}): cannot connect: {type(error).__name__} {str(error)[:200]}",
                     messages.ERROR,
                 )
             else:
-                self.message_user(request, f"{broker.name} ({broker.url}): connected.", level=messages.SUCCESS)
+                self.message_user(request, f"Broker {broker.name} ({broker.url}): connected.", level=messages.SUCCESS)

@@ -2,10 +2,16 @@
 
 The environment's brokers (AMQP_URL as `default`, DLQ_BROKERS) are written to the table when first asked for in a
 process, and again whenever the settings change (tests); their credentials stay in the environment. A broker
-added in the admin keeps its URL encrypted in the row (secrets.py)."""
+added in the admin keeps its URL encrypted in the row (secrets.py).
+
+Processes may be started with different environments (a shell without DLQ_BROKERS beside the running console), so
+a process never disables or takes over what its own environment does not name: a broker of DLQ_BROKERS that this
+process's environment lacks stays as it is, and this process leaves it out (it has no URL for it). A name in
+DLQ_BROKERS that an admin-added broker already has is refused in the log and leaves that broker as it is."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 
@@ -14,13 +20,20 @@ from django.conf import settings
 from django.db import transaction
 
 from dlqconsole.brokers.models import DEFAULT, Broker, forget_default
-from dlqconsole.brokers.secrets import decrypt
+from dlqconsole.brokers.secrets import CredentialsError, decrypt
+from dlqconsole.core import replay_guard
 from dlqconsole.core.amqp import connection_parameters as amqp_parameters
 from dlqconsole.core.broker_urls import Api, api_from_urls, without_password
+
+log = logging.getLogger(__name__)
 
 
 class UnknownBroker(Exception):
     """No broker of that name; the message lists the known ones."""
+
+
+class NoUrl(CredentialsError):
+    """This process has no URL for the broker; the message says what to set."""
 
 
 _lock = threading.Lock()
@@ -47,7 +60,14 @@ def sync_environment() -> None:
         return
     with _lock, transaction.atomic():
         wanted = environment_brokers()
+        taken = set(Broker.objects.filter(name__in=list(wanted), managed=False).values_list("name", flat=True))
+        for name in sorted(taken):
+            log.error(
+                "DLQ_BROKERS names %s, a broker added in the admin: the admin's is kept; rename one of them", name
+            )
         for name, url in wanted.items():
+            if name in taken:
+                continue
             shown_api = _environment_api_url(name)
             fields = {
                 "url": without_password(url),
@@ -64,7 +84,6 @@ def sync_environment() -> None:
                     setattr(broker, key, value)
                 broker.enabled = True
                 broker.save()
-        Broker.objects.filter(managed=True).exclude(name__in=list(wanted)).update(managed=False, enabled=False)
         _synced = state
 
 
@@ -76,9 +95,13 @@ def forget() -> None:
 
 
 def brokers(*, enabled: bool = True) -> list[Broker]:
+    """The brokers to consume, sample and replay to (enabled=True): the enabled ones this process has a URL for.
+    With enabled=False, every row (pages list a disabled broker's dead letters too)."""
     sync_environment()
-    found = Broker.objects.all()
-    return list(found.enabled() if enabled else found)
+    if not enabled:
+        return list(Broker.objects.all())
+    named = environment_brokers()
+    return [broker for broker in Broker.objects.enabled() if not broker.managed or broker.name in named]
 
 
 def default_broker() -> Broker:
@@ -101,14 +124,19 @@ def named(names: Iterable[str]) -> list[Broker]:
 
 
 def amqp_url(broker: Broker) -> str:
-    """The URL to connect with, password included: never log or show it (`broker.url` is the shown one)."""
+    """The URL to connect with, password included: never log or show it (`broker.url` is the shown one). NoUrl
+    when this process has none."""
     if broker.managed:
         url = environment_brokers().get(broker.name)
-        if url is not None:
-            return url
-    if broker.url_secret:
-        return decrypt(broker.url_secret)
-    return broker.url
+        if url is None:
+            raise NoUrl(
+                f"broker {broker.name} comes from DLQ_BROKERS, which this process's environment does not name it in: "
+                "give every console process the same DLQ_BROKERS"
+            )
+        return url
+    if not broker.url_secret:
+        raise NoUrl(f"broker {broker.name} has no stored AMQP URL: give it one in the admin")
+    return decrypt(broker.url_secret)
 
 
 def api(broker: Broker) -> Api | None:
@@ -120,6 +148,16 @@ def api(broker: Broker) -> Api | None:
     else:
         configured = broker.api_url
     return api_from_urls(amqp_url=amqp_url(broker), configured=configured)
+
+
+def shares_celery_vhost(broker: Broker) -> bool:
+    """Whether the broker's vhost is the console's own Celery vhost (replay_guard), judged by its own URL; False
+    when this process has no URL for it (nothing can be published there either)."""
+    try:
+        url = amqp_url(broker)
+    except CredentialsError:
+        return False
+    return replay_guard.shares_celery_vhost(url)
 
 
 def connection_parameters(broker: Broker, *, heartbeat: int = 30) -> pika.URLParameters:

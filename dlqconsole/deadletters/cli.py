@@ -64,7 +64,10 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     report.add_argument("--status", choices=PatternStatus.values, help="Only patterns with this triage status.")
     report.add_argument("--limit", type=int, default=0, help="At most this many patterns (most recent first).")
     report.add_argument(
-        "--broker", default="", metavar="NAME", help="Only patterns with dead letters on this broker, counted there."
+        "--broker",
+        default="",
+        metavar="NAME",
+        help="Only patterns with dead letters on this broker; parked counts that broker's (total stays the pattern's).",
     )
     report.set_defaults(handler=run_report)
     regroup = subcommands.add_parser(

@@ -5,7 +5,8 @@ stops the others.
 The threads share the process (and its one core for Python): a process consumes every broker's DLQs, and the
 supervisor runs several such processes. The brokers are read again every `refresh_seconds`: a broker added or
 enabled in the admin is consumed within that time, one disabled or removed is stopped (its consumer writes and
-acks what it holds first). With --broker the set is fixed."""
+acks what it holds first), and one whose URL or TLS settings were changed in the admin is stopped the same way and
+started again with them. With --broker the set of names is fixed."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ class BrokerConsumers:
         self.exit_when_idle = exit_when_idle
         self.consumers: dict[str, DeadLetterConsumer] = {}
         self.threads: dict[str, threading.Thread] = {}
+        # The connection settings each running consumer was started with, and the consumers stopped to be started
+        # again with new ones (once their thread ends).
+        self.versions: dict[str, tuple[object, ...]] = {}
+        self.restarting: set[str] = set()
         self.finished = ConsumerStats()
         self.stopping = threading.Event()
         self.failed: list[str] = []
@@ -79,6 +84,10 @@ class BrokerConsumers:
         for name, broker in wanted.items():
             if name not in self.threads:
                 self.start(broker)
+            elif self.versions.get(name) != _version(broker) and name not in self.restarting:
+                log.info("broker %s: its connection settings changed; reconnecting with the new ones", name)
+                self.restarting.add(name)
+                self.consumers[name].stop()
         for name in [name for name in self.threads if name not in wanted]:
             log.info("broker %s is no longer enabled; stopping its consumer", name)
             self.consumers[name].stop()
@@ -90,6 +99,8 @@ class BrokerConsumers:
         )
         self.consumers[broker.name] = consumer
         self.threads[broker.name] = thread
+        self.versions[broker.name] = _version(broker)
+        self.restarting.discard(broker.name)
         thread.start()
 
     def _run_one(self, name: str, consumer: DeadLetterConsumer) -> None:
@@ -128,6 +139,11 @@ class BrokerConsumers:
         for consumer in list(self.consumers.values()):
             _add(total, consumer.stats)
         return total
+
+
+def _version(broker: Broker) -> tuple[object, ...]:
+    """What a consumer's connection is made from: a change in the admin reconnects it."""
+    return (broker.url, broker.url_secret, broker.tls_ca_certificate, broker.tls_verify)
 
 
 def _add(total: ConsumerStats, more: ConsumerStats) -> None:

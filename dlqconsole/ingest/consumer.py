@@ -47,7 +47,7 @@ from django.db import connection as db_connection
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
 from dlqconsole.brokers import registry
-from dlqconsole.brokers.models import Broker
+from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.amqp import connection_parameters
 from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
 from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult
@@ -121,10 +121,13 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.max_bytes = max_bytes or settings.DLQ_CONSUMER_MAX_BYTES
         self.batch_bytes = batch_bytes or settings.DLQ_CONSUMER_BATCH_BYTES
         self.exit_when_idle = exit_when_idle
-        # The broker consumed (`default` unless given); `amqp_url` overrides its URL (tests).
-        self.broker = broker or registry.default_broker()
+        # The broker consumed: `broker`, or `default` (AMQP_URL, or `amqp_url` in tests) when None; its dead
+        # letters are then filed under default by ingest_batch.
+        self.broker = broker
+        self.broker_name = broker.name if broker is not None else DEFAULT
+        self.broker_id = broker.pk if broker is not None else None
         self.amqp_url = amqp_url
-        self.broker_scope = broker_scope(self.broker.pk, default=self.broker.is_default)
+        self.broker_scope = broker_scope(broker.pk, default=broker.is_default) if broker is not None else ""
         self.refresh_seconds = refresh_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
@@ -172,7 +175,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         install_tolerant_decoding()
         log.info(
             "consume_dlq starting on broker %s: batch %d / %.2f s, prefetch %d",
-            self.broker.name,
+            self.broker_name,
             self.batch_size,
             self.batch_seconds,
             self.prefetch,
@@ -228,7 +231,9 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
     def connect(self) -> None:
         self.drop_connection()
         parameters = (
-            connection_parameters(self.amqp_url) if self.amqp_url else registry.connection_parameters(self.broker)
+            registry.connection_parameters(self.broker)
+            if self.broker is not None and not self.amqp_url
+            else connection_parameters(self.amqp_url)
         )
         # Named so that an operator (or a test) can tell the consumers apart in the management UI.
         parameters.client_properties = {
@@ -237,19 +242,25 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.connection = pika.BlockingConnection(parameters)
         self.next_refresh = 0.0
         if self.broker_backoff.failures:
-            log.info("connected to broker %s again", self.broker.name)
+            log.info("connected to broker %s again", self.broker_name)
         self.broker_backoff.reset()
+
+    def where(self, queue: str) -> str:
+        """A queue as the log names it: after its broker's name unless that is default."""
+        return queue if self.broker_name == DEFAULT else f"{self.broker_name}/{queue}"
 
     def wanted_queues(self) -> list[str]:
         """--queues, else DLQ_QUEUES (on the broker `default`), else the DLQ of every enabled WatchedQueue of the
         broker (re-read on each refresh, so queues declared while we run are picked up)."""
         if self.fixed_queues:
             return self.fixed_queues
-        if settings.DLQ_QUEUES and self.broker.is_default:
+        if settings.DLQ_QUEUES and self.broker_name == DEFAULT:
             return list(settings.DLQ_QUEUES)
         close_old_connections()
         return list(
-            WatchedQueue.objects.filter(enabled=True, broker=self.broker).values_list("dead_letter_queue", flat=True)
+            WatchedQueue.objects.filter(enabled=True)
+            .filter(**({"broker_id": self.broker_id} if self.broker_id else {"broker__name": DEFAULT}))
+            .values_list("dead_letter_queue", flat=True)
         )
 
     def refresh_queues(self) -> None:
@@ -257,7 +268,10 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.next_refresh = self.clock() + self.refresh_seconds
         wanted = self.wanted_queues()
         if not wanted and not self._warned_no_queues:
-            log.warning("no dead-letter queues to consume: pass --queues, set DLQ_QUEUES or run declare_topology")
+            log.warning(
+                "broker %s: no dead-letter queues to consume: pass --queues, set DLQ_QUEUES or run declare_topology",
+                self.broker_name,
+            )
         self._warned_no_queues = not wanted
         added = [queue for queue in wanted if queue not in self.channels]
         for queue in added:
@@ -268,7 +282,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
                 queue for queue in self.channels if self.wanted_prefetch(queue) * 2 <= self.prefetch_of.get(queue, 0)
             )
         for queue in [queue for queue in self.channels if queue not in wanted]:
-            log.info("queue %s is no longer watched; stopping its consumer", queue)
+            log.info("queue %s is no longer watched; stopping its consumer", self.where(queue))
             self.retired.append(self.channels.pop(queue))
             self.retired[-1].basic_cancel(consumer_tag=f"consume_dlq:{queue}")
         if self.missing or not wanted:
@@ -286,7 +300,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
             if queue not in self.missing:
                 log.warning(
                     "cannot consume %s: %s %s; retrying every %g s",
-                    queue,
+                    self.where(queue),
                     error.reply_code,
                     error.reply_text,
                     min(self.refresh_seconds, MISSING_RETRY_SECONDS),
@@ -297,10 +311,10 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.channels[queue] = channel
         self.consume(queue, channel, self.wanted_prefetch(queue))
         if queue in self.missing:
-            log.info("queue %s exists now; consuming it", queue)
+            log.info("queue %s exists now; consuming it", self.where(queue))
             self.missing.discard(queue)
         else:
-            log.info("consuming %s", queue)
+            log.info("consuming %s", self.where(queue))
 
     def consume(self, queue: str, channel: BlockingChannel, prefetch: int) -> None:
         channel.basic_qos(prefetch_count=prefetch)
@@ -335,7 +349,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
     def on_cancelled(self, queue: str, frame: Any) -> None:
         log.warning(
             "RabbitMQ cancelled the consumer of %s (queue deleted?); retrying every %g s",
-            queue,
+            self.where(queue),
             min(self.refresh_seconds, MISSING_RETRY_SECONDS),
         )
         channel = self.channels.pop(queue, None)
@@ -366,7 +380,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         delay = self.broker_backoff.next_delay()
         log.warning(
             "broker %s: connection lost (%s: %s); %d unacked deliveries will be redelivered; reconnecting in %.1f s",
-            self.broker.name,
+            self.broker_name,
             type(error).__name__,
             error,
             self.pending,

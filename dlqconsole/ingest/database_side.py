@@ -14,7 +14,6 @@ from django.db import DatabaseError
 from django.utils import timezone
 from pika.adapters.blocking_connection import BlockingChannel
 
-from dlqconsole.brokers.models import Broker
 from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult, write_batch
 from dlqconsole.ingest.envelope import parse_envelope
 
@@ -49,7 +48,7 @@ class DatabaseSide(ABC):
     last_activity: float
     database_backoff: Backoff
     stats: ConsumerStats
-    broker: Broker
+    broker_id: int | None
     broker_scope: str
 
     @property
@@ -119,7 +118,7 @@ class DatabaseSide(ABC):
                     properties=delivery.properties,
                     now=now,
                     redelivered=delivery.redelivered,
-                    broker_id=self.broker.pk,
+                    broker_id=self.broker_id,
                     broker_scope=self.broker_scope,
                 )
 

@@ -124,7 +124,7 @@ class KnownBrokers:
         """Whether the broker's vhost is the console's Celery vhost (replay_guard), judged by its own URL."""
         with self._lock:
             if broker.pk not in self._shared:
-                self._shared[broker.pk] = replay_guard.shares_celery_vhost(registry.amqp_url(broker))
+                self._shared[broker.pk] = registry.shares_celery_vhost(broker)
             return self._shared[broker.pk]
 
     def problem(self, name: str) -> str:

@@ -18,6 +18,7 @@ from django.db.models import Count
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT, Broker
+from dlqconsole.brokers.secrets import CredentialsError
 from dlqconsole.core import replay_guard
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
@@ -106,7 +107,7 @@ def plan_operation(
         )
         # The console's own queues, refused on every broker; Celery's control channels are refused on the target
         # broker when it is the console's vhost (each dead letter's own broker is judged once the set is frozen).
-        shared = broker is not None and replay_guard.shares_celery_vhost(registry.amqp_url(broker))
+        shared = broker is not None and registry.shares_celery_vhost(broker)
         if refused := refused_destination(target, shared_vhost=shared):
             raise OperationError(f"cannot move there: {refused.removeprefix('refused: ')}")
     rate = rate.strip()
@@ -411,7 +412,10 @@ def _check_bindings(destinations: list[Destination], problems: dict[Destination,
 
 
 def _check_bindings_on(broker: Broker, destinations: list[Destination], problems: dict[Destination, str]) -> str:
-    api = registry.api(broker)
+    try:
+        api = registry.api(broker)
+    except CredentialsError as error:
+        return f"not checked: {error}"
     if api is None:
         return "not checked (RABBITMQ_API_URL is off)" if broker.is_default else "not checked (its API is off)"
     try:

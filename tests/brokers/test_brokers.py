@@ -15,6 +15,7 @@ from django.views.debug import get_default_exception_reporter_filter
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers import registry, secrets
 from dlqconsole.brokers.models import Broker
+from dlqconsole.brokers.services import set_urls
 from dlqconsole.core.broker_urls import without_password
 from dlqconsole.core.env import env_mapping
 from tests.factories import UserFactory
@@ -75,7 +76,7 @@ def test_credentials_round_trip_rotate_and_refuse_a_wrong_key(settings: Any) -> 
         secrets.encrypt(URL)
 
 
-def test_environment_brokers_are_synced_and_one_that_left_is_disabled(settings: Any) -> None:
+def test_environment_brokers_are_synced_and_a_process_without_one_leaves_it_alone(settings: Any) -> None:
     settings.DLQ_BROKERS = {"staging": URL}
     registry.forget()
     assert [broker.name for broker in registry.brokers()] == ["default", "staging"]
@@ -83,11 +84,37 @@ def test_environment_brokers_are_synced_and_one_that_left_is_disabled(settings: 
     assert (staging.managed, staging.url, staging.url_secret) == (True, "amqp://ops@127.0.0.1:5672/staging", "")
     assert registry.amqp_url(staging) == URL
 
+    # A process started without DLQ_BROKERS (a shell beside the running console) neither disables the broker for
+    # the others nor tries to reach it.
     settings.DLQ_BROKERS = {}
     registry.forget()
     assert [broker.name for broker in registry.brokers()] == ["default"]
     staging.refresh_from_db()
-    assert (staging.managed, staging.enabled) == (False, False)
+    assert (staging.managed, staging.enabled) == (True, True)
+    with pytest.raises(registry.NoUrl, match="give every console process the same DLQ_BROKERS"):
+        registry.amqp_url(staging)
+
+
+def test_dlq_brokers_never_takes_over_a_broker_added_in_the_admin(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.DLQ_CREDENTIALS_KEY = "the key"
+    added = Broker(name="staging")
+    set_urls(added, amqp_url=URL)
+    added.save()
+    settings.DLQ_BROKERS = {"staging": "amqp://guest:guest@127.0.0.1:5672/other"}
+    registry.forget()
+
+    assert registry.amqp_url(registry.get("staging")) == URL
+    added.refresh_from_db()
+    assert (added.managed, added.url_secret != "") == (False, True)
+    assert "DLQ_BROKERS names staging, a broker added in the admin" in caplog.text
+
+
+def test_a_broker_with_no_stored_url_says_so() -> None:
+    bare = Broker.objects.create(name="bare", url="amqp://ops@mq/x")
+    with pytest.raises(registry.NoUrl, match="broker bare has no stored AMQP URL"):
+        registry.connect(bare)
 
 
 def test_an_admin_adds_a_broker_whose_password_is_never_shown_back(client: Client, settings: Any) -> None:

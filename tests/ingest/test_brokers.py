@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,8 @@ from dlqconsole.brokers.models import Broker
 from dlqconsole.brokers.services import set_urls
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import ArrivalCount, DeadLetter, DeadLetterCount
+from dlqconsole.ingest.broker_consumers import BrokerConsumers
+from dlqconsole.ingest.consumer import DeadLetterConsumer
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 from tests.ingest.conftest import ConsumerProcess, publish_dead_letters
 from tests.support import DeadLetterQueue, Vhost, declare_with_dlq, wait_until
@@ -145,3 +148,35 @@ def test_a_broker_added_in_the_table_is_consumed_with_its_encrypted_url_unless_d
     Broker.objects.filter(pk=broker.pk).update(enabled=True)
     call_command("consume_dlq", exit_when_idle=1)
     assert stored("added") == 2
+
+
+@transactional
+def test_a_brokers_url_changed_in_the_admin_reconnects_its_consumer(
+    queue_name: Callable[[str], str], second_channel: Any, second_vhost: Vhost, settings: Any
+) -> None:
+    settings.DLQ_BROKERS = {}
+    settings.DLQ_CREDENTIALS_KEY = "a key for the test"
+    registry.forget()
+    broker = Broker(name="added")
+    set_urls(broker, amqp_url=second_vhost.url.replace("guest:guest@", "guest:wrong@"))
+    broker.save()
+    queue = declare_with_dlq(second_channel, queue_name("orders"))
+    watch(queue, broker)
+    publish_dead_letters(second_channel, queue, range(3))
+    consumers = BrokerConsumers(
+        lambda each: DeadLetterConsumer(broker=each, batch_seconds=0.05, max_backoff=0.5), refresh_seconds=0.3
+    )
+    runner = threading.Thread(target=consumers.run)
+    runner.start()
+    try:
+        assert wait_until(lambda: consumers.stats.broker_errors >= 2, timeout=30)
+        assert stored("added") == 0
+
+        set_urls(broker, amqp_url=second_vhost.url)
+        broker.save()
+
+        assert wait_until(lambda: stored("added") == 3, timeout=30)
+    finally:
+        consumers.stop()
+        runner.join(timeout=30)
+    assert not runner.is_alive()
