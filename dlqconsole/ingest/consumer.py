@@ -444,7 +444,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
                     else:
                         self.connection.process_data_events(time_limit=min(remaining, 0.2))
                 except BROKER_ERRORS as error:
-                    log.warning("RabbitMQ connection lost while waiting (%s)", error)
+                    log.warning("broker %s: connection lost while waiting (%s)", self.broker_name, error)
                     self.abandon()
                     self.drop_connection()
             else:
