@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from dlqconsole.accounts.roles import OPERATOR, has_role
 from dlqconsole.core.views import HtmxHttpRequest
+from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.deadletters.replays import ReplayRefused
 from dlqconsole.deadletters.templatetags.charts import stamp
@@ -62,11 +63,14 @@ def _quick_retry(
     )
     if destination is None:
         return {"destination": None}
-    confirm = f"Retry dead letter #{dead_letter.pk}: publish it again to {destination}?"
+    # The same queue name may exist on several brokers: say which one, where there are several.
+    several = len(selectors.broker_names()) > 1
+    where = f"{destination} on broker {dead_letter.broker.name}" if several else str(destination)
+    confirm = f"Retry dead letter #{dead_letter.pk}: publish it again to {where}?"
     sent = _last_sent(dead_letter, history)
     if sent is not None:
         confirm = f"{sent['warning']}\n\n{confirm}"
-    return {"destination": str(destination), "submission": uuid4().hex, "confirm": confirm, "sent": sent}
+    return {"destination": where, "submission": uuid4().hex, "confirm": confirm, "sent": sent}
 
 
 def _last_sent(dead_letter: DeadLetter, history: list[OperationItem]) -> dict[str, Any] | None:

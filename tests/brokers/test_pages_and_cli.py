@@ -74,3 +74,9 @@ def test_a_patterns_page_counts_what_waits_on_each_broker(two_brokers: Any, view
     assert f"/patterns/{first[0].pattern_id}/" in listed
     assert f"/patterns/{only_default.pattern_id}/" not in listed
     assert f"/patterns/{only_default.pattern_id}/" in client.get("/patterns/?broker=default").content.decode()
+
+
+def test_a_messages_retry_button_names_its_broker_where_there_are_several(two_brokers: Any, operator: User) -> None:
+    _, second = two_brokers
+    html = client_for(operator).get(f"/messages/{second[0].pk}/").content.decode()
+    assert "on broker staging?" in html
