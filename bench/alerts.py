@@ -10,7 +10,8 @@ postgres://postgres@127.0.0.1:5432/dlq_alerts_bench), migrated like the real one
 parked), the counters (DeadLetterCount, FailurePattern totals, IngestStat) computed from those rows with one
 GROUP BY so they are exact, 20 watched queues with 48 hours of depth samples every 5 s (1.4 M QueueSample rows),
 an hour of growth samples, 10 patterns first seen within the hour, 5 reopened patterns, 20,000 resolved alerts,
-operations (two paused by their safeguards), and 50 rules of every kind and scope.
+operations (two paused by their safeguards), and 50 rules of every kind and scope. Every row that names a queue is
+on the broker `default`, as a console watching AMQP_URL alone has them.
 
 Measured: `evaluate_rules` (the whole tick: reads, alert updates, growth samples, in its transaction) over
 --ticks ticks two seconds apart, after warm-up ticks that raise the alerts; and, as the baseline in the same run,
@@ -87,6 +88,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     from django.utils import timezone
 
     from dlqconsole.alerts.models import Alert, AlertRule, GrowthSample
+    from dlqconsole.brokers.models import default_broker_id
     from dlqconsole.deadletters.models import DeadLetter, FailurePattern, PatternEvent
     from dlqconsole.ingest.models import QueueSample
 
@@ -157,24 +159,25 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     )
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO deadletters_deadlettercount (source_queue, pattern_id, failure_reason, status, count) "
-            "SELECT source_queue, pattern_id, failure_reason, status, count(*) FROM deadletters_deadletter "
-            "GROUP BY 1, 2, 3, 4"
+            "INSERT INTO deadletters_deadlettercount (broker_id, source_queue, pattern_id, failure_reason, status, "
+            "count) SELECT broker_id, source_queue, pattern_id, failure_reason, status, count(*) "
+            "FROM deadletters_deadletter GROUP BY 1, 2, 3, 4, 5"
         )
         cursor.execute(
             "UPDATE deadletters_failurepattern p SET total_count = s.n FROM (SELECT pattern_id, count(*) n "
             "FROM deadletters_deadletter GROUP BY 1) s WHERE s.pattern_id = p.id"
         )
         cursor.execute(
-            "INSERT INTO ingest_ingeststat (source_queue, received, inserted, duplicates, malformed, batches, "
-            "last_batch_at) SELECT source_queue, count(*), count(*), 0, 0, count(*) / 200, max(ingested_at) "
-            "FROM deadletters_deadletter GROUP BY 1"
+            "INSERT INTO ingest_ingeststat (broker_id, source_queue, received, inserted, duplicates, malformed, "
+            "batches, last_batch_at) SELECT broker_id, source_queue, count(*), count(*), 0, 0, count(*) / 200, "
+            "max(ingested_at) FROM deadletters_deadletter GROUP BY 1, 2"
         )
         cursor.execute(
-            "INSERT INTO ingest_watchedqueue (name, dead_letter_queue, dead_letter_exchange, kind, arguments, "
-            "warning_depth, critical_depth, emergency_depth, enabled, declared_at) "
-            f"SELECT 'q' || g, 'q' || g || '.dlq', 'q' || g || '.dlx', 'classic', '{{}}', 50, 200, 500, true, now() "
-            f"FROM generate_series(0, {QUEUES - 1}) AS g"
+            "INSERT INTO ingest_watchedqueue (broker_id, name, dead_letter_queue, dead_letter_exchange, kind, "
+            "arguments, warning_depth, critical_depth, emergency_depth, enabled, declared_at) "
+            "SELECT %s, 'q' || g, 'q' || g || '.dlq', 'q' || g || '.dlx', 'classic', '{}', 50, 200, 500, true, now() "
+            f"FROM generate_series(0, {QUEUES - 1}) AS g",
+            [default_broker_id()],
         )
     # 48 hours of samples every 5 s for every work queue and DLQ; a few work queues are deep right now.
     insert_select(

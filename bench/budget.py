@@ -82,7 +82,7 @@ from bench.common import (  # noqa: E402
     wait_until,
 )
 from bench.ingest import delete_queues, filled, message, one, run_consumer  # noqa: E402
-from dlqconsole.operations.routing import TIMEOUT, api_from_urls  # noqa: E402
+from dlqconsole.core.broker_urls import api_from_urls  # noqa: E402
 
 DATABASE = "bench_budget"
 BODY_BYTES = 1024
@@ -100,6 +100,8 @@ IDLE_SECONDS = 10
 # consumer has not read yet, and its memory alarm would block every publisher on the machine.
 BROKER_MEMORY_GUARD = 0.9
 LOGS = ROOT / "var" / "bench"
+# Connect and read timeouts of the management API requests, as the console's own.
+API_TIMEOUT = (2.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -500,10 +502,10 @@ def broker_memory() -> tuple[int, int]:
     api = api_from_urls(amqp_url=AMQP_URL, configured=os.environ.get("RABBITMQ_API_URL", ""))
     if api is None:
         return 0, 1
-    nodes = requests.get(f"{api.base}api/nodes", auth=api.auth, timeout=TIMEOUT)
+    nodes = requests.get(f"{api.base}api/nodes", auth=api.auth, timeout=API_TIMEOUT)
     nodes.raise_for_status()
     name = quote(nodes.json()[0]["name"], safe="")
-    answer = requests.get(f"{api.base}api/nodes/{name}", params={"memory": "true"}, auth=api.auth, timeout=TIMEOUT)
+    answer = requests.get(f"{api.base}api/nodes/{name}", params={"memory": "true"}, auth=api.auth, timeout=API_TIMEOUT)
     answer.raise_for_status()
     node = answer.json()
     return int(node["memory"]["total"]["rss"]), int(node["mem_limit"])

@@ -223,10 +223,12 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
     import django
 
     django.setup()
+    from dlqconsole.brokers.models import default_broker_id
     from dlqconsole.deadletters.classify import classify
     from dlqconsole.deadletters.fingerprint import fingerprint
     from dlqconsole.ingest.services import COLUMNS
 
+    broker_id = default_broker_id()
     database = psycopg.connect(database_url)
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["AMQP_URL"]))
     channel = connection.channel()
@@ -259,6 +261,7 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
         failed_at = newest.get("time", now)
         values = {
             "dedupe_key": key,
+            "broker_id": broker_id,
             "source_queue": queue,
             "original_queue": newest.get("queue", ""),
             "original_exchange": newest.get("exchange", ""),
@@ -382,6 +385,10 @@ def main() -> None:
     import django
 
     django.setup()
+    from dlqconsole.brokers.models import default_broker_id
+
+    # consume_dlq files the DLQs under the broker `default` (AMQP_URL): the rows and counters are read there.
+    broker_id = default_broker_id()
     create_bare_table(database_url)
 
     work_queue = f"bench.ingest.{uuid.uuid4().hex[:8]}"
@@ -408,7 +415,9 @@ def main() -> None:
             else:
                 with psycopg.connect(database_url) as connection:
                     (last_batch_at,) = one(
-                        connection, "SELECT last_batch_at FROM ingest_ingeststat WHERE source_queue = %s", [queue]
+                        connection,
+                        "SELECT last_batch_at FROM ingest_ingeststat WHERE broker_id = %s AND source_queue = %s",
+                        [broker_id, queue],
                     )
                 finished = last_batch_at.timestamp()
             seconds[kind] += finished - started
@@ -418,11 +427,14 @@ def main() -> None:
         with psycopg.connect(database_url) as connection:
             received, inserted = one(
                 connection,
-                "SELECT sum(received), sum(inserted) FROM ingest_ingeststat WHERE source_queue = ANY(%s)",
-                [ours],
+                "SELECT sum(received), sum(inserted) FROM ingest_ingeststat "
+                "WHERE broker_id = %s AND source_queue = ANY(%s)",
+                [broker_id, ours],
             )
             (rows,) = one(
-                connection, "SELECT count(*) FROM deadletters_deadletter WHERE source_queue = ANY(%s)", [ours]
+                connection,
+                "SELECT count(*) FROM deadletters_deadletter WHERE broker_id = %s AND source_queue = ANY(%s)",
+                [broker_id, ours],
             )
             (cells,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_deadlettercount")
             (arrivals,) = one(connection, "SELECT coalesce(sum(count), 0) FROM deadletters_arrivalcount")

@@ -70,6 +70,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from dlqconsole.brokers.models import default_broker_id
     from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, DeadLetter, FailurePattern
 
     call_command("migrate", verbosity=0)
@@ -117,6 +118,8 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     columns = [str(field.column) for field in DeadLetter._meta.concrete_fields if field.column != "id"]
     values = {
         "dedupe_key": "md5('bench-' || g.i)",
+        # Every dead letter on the broker `default`, as ingest from AMQP_URL alone files them.
+        "broker_id": str(default_broker_id()),
         "source_queue": "'svc' || (g.p % %(queues)s) || '.dlq'",
         "original_queue": "'svc' || (g.p % %(queues)s)",
         "original_exchange": "'shop'",
@@ -200,16 +203,16 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         cursor.execute(sql)
         cursor.execute("UPDATE deadletters_deadletter SET body_size = length(body)")
         cursor.execute(
-            "INSERT INTO deadletters_deadlettercount (source_queue, pattern_id, failure_reason, status, count) "
-            "SELECT source_queue, pattern_id, failure_reason, status, count(*) FROM deadletters_deadletter "
-            "GROUP BY 1, 2, 3, 4"
+            "INSERT INTO deadletters_deadlettercount (broker_id, source_queue, pattern_id, failure_reason, status, "
+            "count) SELECT broker_id, source_queue, pattern_id, failure_reason, status, count(*) "
+            "FROM deadletters_deadletter GROUP BY 1, 2, 3, 4, 5"
         )
         # Arrival counts as ingest would have kept them (the dashboard's charts read them), for the days they are
         # kept.
         cursor.execute(
-            "INSERT INTO deadletters_arrivalcount (minute, source_queue, count) "
-            "SELECT date_trunc('minute', ingested_at), source_queue, count(*) FROM deadletters_deadletter "
-            "WHERE ingested_at >= %s GROUP BY 1, 2",
+            "INSERT INTO deadletters_arrivalcount (minute, broker_id, source_queue, count) "
+            "SELECT date_trunc('minute', ingested_at), broker_id, source_queue, count(*) FROM deadletters_deadletter "
+            "WHERE ingested_at >= %s GROUP BY 1, 2, 3",
             [timezone.now() - ARRIVAL_COUNT_RETENTION],
         )
         cursor.execute(

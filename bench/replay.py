@@ -250,6 +250,8 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
+    from dlqconsole.brokers.registry import forget as forget_brokers
+
     original = f"{PREFIX}.orders"
     bare_source, bare_destination = f"{PREFIX}.bare-src", f"{PREFIX}.bare-dst"
     shovel_source, shovel_destination = f"{PREFIX}.shovel-src", f"{PREFIX}.shovel-dst"
@@ -286,6 +288,8 @@ def main() -> None:
             delete(original)
             declare(original)
             call_command("flush", interactive=False, verbosity=0)
+            # flush empties brokers_broker too: the broker `default` is made again, under a new id, when next asked.
+            forget_brokers()
             ingest(2000, original=original)
             seconds, operation = run_console(2000, destination=original, rate="200/1s")
             moments = sorted(operation.items.values_list("published_at", flat=True))
