@@ -53,12 +53,16 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_prometheus",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "dlqconsole.accounts",
     "dlqconsole.brokers",
     "dlqconsole.deadletters",
     "dlqconsole.ingest",
     "dlqconsole.operations",
     "dlqconsole.alerts",
+    "dlqconsole.api",
     # Last: the console's own config, which wires up what reads every app above (the /metrics collector).
     "dlqconsole.apps.ConsoleConfig",
 ]
@@ -316,6 +320,37 @@ DLQ_NOTIFICATION_RETENTION_DAYS = env_int("DLQ_NOTIFICATION_RETENTION_DAYS", 90,
 # Audit rows (and what they keep, such as a purge's list of the dead letters it deleted) are deleted this long
 # after they were written (hourly).
 DLQ_AUDIT_RETENTION_DAYS = env_int("DLQ_AUDIT_RETENTION_DAYS", 400, minimum=1)
+# The JSON API (/api/v1/, docs/api.md): requests per personal token, N/period[:burst] as for replay rates.
+DLQ_API_TOKEN_RATE = env_str("DLQ_API_TOKEN_RATE", "20/1s:200")
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "dlqconsole.api.authentication.TokenAuthentication",
+        # The docs page's "Try it out" as the signed-in user (with the CSRF header, as for the pages).
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["dlqconsole.api.permissions.RolePermission"],
+    "DEFAULT_THROTTLE_CLASSES": ["dlqconsole.api.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "dlqconsole.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "dlqconsole API",
+    "DESCRIPTION": "Dead letters, failure patterns, operations, alerts and the audit log of a dlqconsole. "
+    "Authenticate with a personal token (your API tokens page, or `manage.py api_token create USER`) sent as "
+    "`Authorization: Bearer <token>`. A token acts with its user's current role.",
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayRequestDuration": True},
+}
 CELERY_BEAT_SCHEDULE |= {
     "accounts-audit-retention": {"task": "accounts.prune_audit", "schedule": 3600.0, "options": {"expires": 1800}},
 }

@@ -12,7 +12,8 @@ urlpatterns = [
     path("", include("dlqconsole.deadletters.urls")),
     path("operations/", include("dlqconsole.operations.urls")),
     path("alerts/", include("dlqconsole.alerts.urls")),
-    path("audit/", include("dlqconsole.accounts.urls")),
+    path("", include("dlqconsole.accounts.urls")),
+    path("api/", include("dlqconsole.api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -20,3 +21,5 @@ urlpatterns = [
     path("favicon.ico", favicon, name="favicon"),
     path("metrics", metrics, name="prometheus-django-metrics"),
 ]
+
+handler500 = "dlqconsole.views.server_error"

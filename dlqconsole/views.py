@@ -9,10 +9,12 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.templatetags.static import static
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from django_prometheus.exports import ExportToDjangoView
 
+from dlqconsole.api import errors as api_errors
 from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.amqp import connect
@@ -105,3 +107,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
 def favicon(request: HttpRequest) -> HttpResponseRedirect:
     """Browsers ask for /favicon.ico on pages that name no icon (the admin's): send them to the console's."""
     return HttpResponseRedirect(static("img/favicon.svg"))
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500 page, or JSON under /api/ (scripts read the answer, not a page)."""
+    if request.path.startswith("/api/"):
+        return api_errors.server_error(request)
+    return defaults.server_error(request)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import datetime as dt
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -17,6 +19,8 @@ class AuditEntry(models.Model):
     filter = models.JSONField(default=dict, blank=True)
     count = models.BigIntegerField(null=True, blank=True)
     detail = models.TextField(blank=True)
+    # How the change came, when not through the pages or the CLI: "API token deploy-bot (dlq_3f9a0c1e)".
+    via = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -32,3 +36,40 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name or 'system'} {self.action} {self.target}"
+
+
+class ApiToken(models.Model):
+    """A personal API token: `dlq_<prefix>_<secret>`, shown once when made. Only the prefix (to find the row) and a
+    SHA-256 of the whole token are stored; the token is 256 random bits, so a fast hash is enough (no password
+    stretching: nothing guessable is hashed). A token acts as its user, with the user's role at each request.
+    Revoking keeps the row (the audit log names tokens) and stops it at once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API token"
+        constraints = [
+            # One live token of a name per user, so `api_token revoke USER NAME` names one token.
+            models.UniqueConstraint(
+                fields=["user", "name"], condition=models.Q(revoked_at__isnull=True), name="apitoken_live_name"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+    def state(self, now: dt.datetime | None = None) -> str:
+        """'active', 'expired' or 'revoked'."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "active"

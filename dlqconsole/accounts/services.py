@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +17,20 @@ from dlqconsole.accounts.roles import ROLES
 # PostgreSQL refuses a NUL in text and jsonb; a payload search may hold one (bodies are bytes). The audit row is
 # for reading, so a NUL is written as the symbol for it.
 NUL_SYMBOL = "\u2400"
+
+# How the changes of the current request come, for their audit rows ("API token deploy-bot (dlq_3f9a0c1e)"); set
+# by the API around each request, empty for the pages, the CLI and the workers.
+_via: ContextVar[str] = ContextVar("dlq_audit_via", default="")
+
+
+@contextmanager
+def acting_via(description: str) -> Iterator[None]:
+    """Every audit row written inside names `description` as the way the change came."""
+    reset = _via.set(description[:128])
+    try:
+        yield
+    finally:
+        _via.reset(reset)
 
 
 def _without_nul(value: Any) -> Any:
@@ -46,6 +63,7 @@ def record_audit(
         filter=_without_nul(filter or {}),
         count=count,
         detail=_without_nul(detail),
+        via=_via.get(),
     )
 
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dlqconsole.accounts import views
+from dlqconsole.accounts import token_views, views
 
 app_name = "accounts"
 
 urlpatterns = [
-    path("", views.audit_log, name="audit"),
+    path("audit/", views.audit_log, name="audit"),
+    path("account/tokens/", token_views.token_list, name="tokens"),
 ]

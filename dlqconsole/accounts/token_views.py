@@ -1,0 +1,58 @@
+"""The user's own API tokens: make one (shown once, on the answer to the form, never again), see when each was last
+used, revoke one. Everyone signed in may hold tokens; a token acts with its user's role at each request, so a
+viewer's tokens read and change nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from dlqconsole.accounts.models import ApiToken
+from dlqconsole.accounts.tokens import NAME_RULE, TokenError, create_token, describe, revoke_tokens
+
+# The expiry choices of the form, in days; "" never expires.
+LIFETIMES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "Never")]
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def token_list(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    assert isinstance(user, User)  # LoginRequiredMiddleware lets no one else in
+    created = ""
+    problem = ""
+    typed = {"name": "", "lifetime": "90"}
+    if request.method == "POST" and request.POST.get("action") == "revoke":
+        token = get_object_or_404(ApiToken.objects.select_related("user"), pk=request.POST.get("token"), user=user)
+        if revoke_tokens([token], actor=user):
+            messages.success(request, f"Revoked {describe(token)}. Requests with it now get 401.")
+        return redirect("accounts:tokens")
+    if request.method == "POST":
+        typed = {"name": request.POST.get("name", "").strip(), "lifetime": request.POST.get("lifetime", "")}
+        try:
+            days = int(typed["lifetime"]) if typed["lifetime"] else None
+            if typed["lifetime"] not in {value for value, _ in LIFETIMES}:
+                raise TokenError("Choose one of the expiry choices.")
+            expires_at = timezone.now() + dt.timedelta(days=days) if days else None
+            _, created = create_token(user=user, name=typed["name"], expires_at=expires_at, actor=user)
+            typed = {"name": "", "lifetime": "90"}
+        except (TokenError, ValueError) as error:
+            problem = str(error)
+    now = timezone.now()
+    tokens = [(token, token.state(now)) for token in ApiToken.objects.filter(user=user)[:200]]
+    context = {
+        "tokens": tokens,
+        "created": created,
+        "problem": problem,
+        "typed": typed,
+        "lifetimes": LIFETIMES,
+        "name_rule": NAME_RULE,
+    }
+    return render(request, "accounts/tokens.html", context, status=400 if problem else 200)

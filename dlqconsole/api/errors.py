@@ -1,0 +1,73 @@
+"""Errors as JSON: `{"detail": "...", "code": "..."}`, and for bad fields `{"detail": ..., "errors": {field: [..]}}`.
+
+The services' own refusals (a bad filter, an operation that cannot pause, a pattern that cannot merge) are 400
+with their message; Django's PermissionDenied is 403 with the role it needs. URLs under /api/ that match nothing
+and unexpected failures are JSON too (`not_found`, `server_error`, used by the top-level handlers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import HttpRequest, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from dlqconsole.accounts.tokens import TokenError
+from dlqconsole.alerts.errors import AlertError
+from dlqconsole.deadletters.filters import FilterError
+from dlqconsole.deadletters.services import PatternError
+from dlqconsole.operations.services import OperationError
+
+REFUSALS: tuple[type[Exception], ...] = (FilterError, PatternError, OperationError, TokenError, AlertError)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, REFUSALS):
+        exc = exceptions.ValidationError({"detail": str(exc)}, code="refused")
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError({"detail": " ".join(exc.messages)}, code="invalid")
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a 500: server_error answers it
+    response.data = _shaped(response.data, exc)
+    return response
+
+
+def _shaped(data: Any, exc: Exception) -> dict[str, Any]:
+    code = getattr(exc, "default_code", "error")
+    if isinstance(exc, exceptions.ValidationError):
+        if isinstance(data, dict) and set(data) == {"detail"}:
+            detail = data["detail"]
+            return {"detail": detail[0] if isinstance(detail, list) else str(detail), "code": "refused"}
+        first = _first_message(data)
+        return {"detail": first, "code": "invalid", "errors": data}
+    if isinstance(data, dict) and "detail" in data:
+        return {"detail": str(data["detail"]), "code": getattr(data["detail"], "code", code)}
+    return {"detail": _first_message(data), "code": code}
+
+
+def _first_message(data: Any) -> str:
+    if isinstance(data, dict):
+        for name, value in data.items():
+            message = _first_message(value)
+            return message if name in ("detail", "non_field_errors") else f"{name}: {message}"
+        return "Invalid input."
+    if isinstance(data, list):
+        return _first_message(data[0]) if data else "Invalid input."
+    return str(data)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(
+        {"detail": f"No API resource at {request.path}; see /api/v1/docs/.", "code": "not_found"},
+        status=status.HTTP_404_NOT_FOUND,
+    )
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"detail": "The server failed to answer; the error is in its log.", "code": "server_error"},
+        status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+    )

@@ -1,0 +1,7 @@
+"""The API's queues resources (urlpatterns, included by api/urls.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+urlpatterns: list[Any] = []

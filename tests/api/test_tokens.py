@@ -1,0 +1,98 @@
+"""Personal tokens through the API: who they act as, when they stop, and how changes name them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from dlqconsole.accounts.models import ApiToken, AuditEntry
+from dlqconsole.accounts.services import record_audit, set_role
+from dlqconsole.accounts.tokens import create_token, digest, revoke_tokens
+from tests.api.conftest import api_client, token_for
+
+pytestmark = pytest.mark.django_db
+
+
+def test_anonymous_gets_401_json_with_the_scheme() -> None:
+    response = api_client().get("/api/v1/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert response.json()["detail"]
+
+
+def test_a_token_acts_as_its_user_with_the_current_role(operator: User) -> None:
+    client = api_client(token_for(operator))
+    assert client.get("/api/v1/").json()["role"] == "operator"
+    set_role(user=operator, role="viewer")
+    assert client.get("/api/v1/").json()["role"] == "viewer"
+
+
+def test_only_the_hash_is_kept(viewer: User) -> None:
+    token, plaintext = create_token(user=viewer, name="ci")
+    stored = ApiToken.objects.get(pk=token.pk)
+    assert plaintext not in {stored.prefix, stored.digest, stored.name}
+    assert stored.digest == digest(plaintext)
+    assert api_client(plaintext).get("/api/v1/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda token, user: revoke_tokens([token], actor=user),
+        lambda token, user: ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now()),
+        lambda token, user: User.objects.filter(pk=user.pk).update(is_active=False),
+    ],
+    ids=["revoked", "expired", "user-deactivated"],
+)
+def test_a_stopped_token_gets_401(viewer: User, spoil: Callable[[ApiToken, User], object]) -> None:
+    token, plaintext = create_token(user=viewer, name="ci", expires_at=timezone.now() + dt.timedelta(days=1))
+    client = api_client(plaintext)
+    assert client.get("/api/v1/").status_code == 200
+    spoil(token, viewer)
+    response = client.get("/api/v1/")
+    assert response.status_code == 401
+    assert response.json()["code"] == "authentication_failed"
+
+
+@pytest.mark.parametrize("header", ["Bearer dlq_nothing", "Bearer", "Bearer a b", "Token dlq_00000000_" + "x" * 43])
+def test_a_bad_token_gets_401(header: str) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    assert client.get("/api/v1/").status_code == 401
+
+
+def test_last_used_is_written(viewer: User) -> None:
+    token, plaintext = create_token(user=viewer, name="ci")
+    assert token.last_used_at is None
+    api_client(plaintext).get("/api/v1/")
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+
+
+def test_unknown_api_paths_are_json_404(viewer: User) -> None:
+    for client in (api_client(), api_client(token_for(viewer))):
+        response = client.get("/api/v1/no-such-thing/")
+        assert response.status_code == 404
+        assert response["Content-Type"] == "application/json"
+        assert "/api/v1/docs/" in response.json()["detail"]
+
+
+def test_the_rate_is_per_token_with_retry_after(viewer: User, settings: object) -> None:
+    settings.DLQ_API_TOKEN_RATE = "2/1h"  # type: ignore[attr-defined]
+    first, second = api_client(token_for(viewer, "one")), api_client(token_for(viewer, "two"))
+    assert first.get("/api/v1/").status_code == 200
+    refused = first.get("/api/v1/")
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 1000
+    assert refused.json()["code"] == "throttled"
+    assert second.get("/api/v1/").status_code == 200
+
+
+def test_audit_rows_written_during_a_token_request_name_the_token(operator: User) -> None:
+    record_audit(actor=operator, action="outside")
+    assert AuditEntry.objects.get(action="outside").via == ""
