@@ -25,6 +25,7 @@ from dlqconsole.core.env import (
     env_networks,
     env_str,
 )
+from dlqconsole.core.ratelimit import parse_rate
 
 BROKER_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 # Lets admin and querysets be subscripted with their model at run time, as the type checker sees them.
@@ -322,6 +323,10 @@ DLQ_NOTIFICATION_RETENTION_DAYS = env_int("DLQ_NOTIFICATION_RETENTION_DAYS", 90,
 DLQ_AUDIT_RETENTION_DAYS = env_int("DLQ_AUDIT_RETENTION_DAYS", 400, minimum=1)
 # The JSON API (/api/v1/, docs/api.md): requests per personal token, N/period[:burst] as for replay rates.
 DLQ_API_TOKEN_RATE = env_str("DLQ_API_TOKEN_RATE", "20/1s:200")
+try:
+    parse_rate(DLQ_API_TOKEN_RATE)
+except ValueError as _problem:
+    raise ImproperlyConfigured(f"DLQ_API_TOKEN_RATE: {_problem}") from None
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "dlqconsole.api.authentication.TokenAuthentication",

@@ -8,7 +8,6 @@ from typing import Any
 
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
 
@@ -27,21 +26,21 @@ class NewestFirst(CursorPagination):
 
 
 class AuditedMixin:
-    """Audit rows written while a token's request runs name the token (`via`)."""
+    """Audit rows written while a token's request runs name the token (`via`). The scope opens once the token is
+    known and closes when the request ends, however it ends (an unexpected error included), so the next request
+    served by the same thread never inherits it."""
 
     _audit_scope: ExitStack | None = None
 
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        with ExitStack() as scope:
+            self._audit_scope = scope
+            return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        if isinstance(request.auth, ApiToken):
-            self._audit_scope = ExitStack()
+        if isinstance(request.auth, ApiToken) and self._audit_scope is not None:
             self._audit_scope.enter_context(acting_via(describe(request.auth)))
-
-    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
-        if self._audit_scope is not None:
-            self._audit_scope.close()
-            self._audit_scope = None
-        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
 
 
 class ApiView(AuditedMixin, APIView):

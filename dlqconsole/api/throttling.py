@@ -22,7 +22,7 @@ class TokenRateThrottle(BaseThrottle):
 
     def allow_request(self, request: Request, view: Any) -> bool:
         if isinstance(request.auth, ApiToken):
-            key = f"api:token:{request.auth.pk}"
+            key = f"api:token:{request.auth.prefix}"
         elif request.user and request.user.is_authenticated:
             key = f"api:user:{request.user.pk}"
         else:

@@ -96,3 +96,25 @@ def test_the_rate_is_per_token_with_retry_after(viewer: User, settings: object) 
 def test_audit_rows_written_during_a_token_request_name_the_token(operator: User) -> None:
     record_audit(actor=operator, action="outside")
     assert AuditEntry.objects.get(action="outside").via == ""
+
+
+def test_the_token_is_named_only_inside_its_request(operator: User) -> None:
+    """The scope closes when the request ends, even when it ends in an unexpected error."""
+    from dlqconsole.accounts.services import _via
+    from dlqconsole.api.base import ApiView
+
+    class Boom(ApiView):
+        def post(self, request: object) -> None:
+            record_audit(actor=operator, action="inside")
+            raise RuntimeError("unexpected")
+
+    token, plaintext = create_token(user=operator, name="boom")
+    from rest_framework.test import APIRequestFactory
+
+    request = APIRequestFactory().post("/api/v1/boom/", {}, format="json", HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    with pytest.raises(RuntimeError):
+        Boom.as_view()(request)
+    assert _via.get() == ""
+    assert AuditEntry.objects.get(action="inside").via == f"API token boom (dlq_{token.prefix})"
+    record_audit(actor=operator, action="after")
+    assert AuditEntry.objects.get(action="after").via == ""
