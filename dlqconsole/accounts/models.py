@@ -52,6 +52,8 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A read-only token reads what its user may read and changes nothing, whatever the user's role.
+    read_only = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -28,21 +28,27 @@ def token_list(request: HttpRequest) -> HttpResponse:
     assert isinstance(user, User)  # LoginRequiredMiddleware lets no one else in
     created = ""
     problem = ""
-    typed = {"name": "", "lifetime": "90"}
+    typed = {"name": "", "lifetime": "90", "read_only": ""}
     if request.method == "POST" and request.POST.get("action") == "revoke":
         token = get_object_or_404(ApiToken.objects.select_related("user"), pk=request.POST.get("token"), user=user)
         if revoke_tokens([token], actor=user):
             messages.success(request, f"Revoked {describe(token)}. Requests with it now get 401.")
         return redirect("accounts:tokens")
     if request.method == "POST":
-        typed = {"name": request.POST.get("name", "").strip(), "lifetime": request.POST.get("lifetime", "")}
+        typed = {
+            "name": request.POST.get("name", "").strip(),
+            "lifetime": request.POST.get("lifetime", ""),
+            "read_only": "on" if request.POST.get("read_only") else "",
+        }
         try:
             days = int(typed["lifetime"]) if typed["lifetime"] else None
             if typed["lifetime"] not in {value for value, _ in LIFETIMES}:
                 raise TokenError("Choose one of the expiry choices.")
             expires_at = timezone.now() + dt.timedelta(days=days) if days else None
-            _, created = create_token(user=user, name=typed["name"], expires_at=expires_at, actor=user)
-            typed = {"name": "", "lifetime": "90"}
+            _, created = create_token(
+                user=user, name=typed["name"], expires_at=expires_at, read_only=bool(typed["read_only"]), actor=user
+            )
+            typed = {"name": "", "lifetime": "90", "read_only": ""}
         except (TokenError, ValueError) as error:
             problem = str(error)
     now = timezone.now()

@@ -47,6 +47,7 @@ def create_token(
     user: User,
     name: str,
     expires_at: dt.datetime | None = None,
+    read_only: bool = False,
     actor: AbstractBaseUser | AnonymousUser | None = None,
     now: dt.datetime | None = None,
 ) -> tuple[ApiToken, str]:
@@ -70,13 +71,20 @@ def create_token(
                 if ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).exists():
                     raise TokenError(f"{user.get_username()} already has a live token named {name!r}.")
                 token = ApiToken.objects.create(
-                    user=user, name=name, prefix=prefix, digest=digest(plaintext), created_at=now, expires_at=expires_at
+                    user=user,
+                    name=name,
+                    prefix=prefix,
+                    digest=digest(plaintext),
+                    created_at=now,
+                    expires_at=expires_at,
+                    read_only=read_only,
                 )
                 record_audit(
                     actor=actor,
                     action="accounts.token.create",
                     target=f"user:{user.pk}",
                     detail=f"API token {name} (dlq_{prefix}) for {user.get_username()}, "
+                    + ("read-only, " if read_only else "")
                     + (f"expires {expires_at:%Y-%m-%d %H:%M %Z}" if expires_at else "no expiry"),
                     now=now,
                 )

@@ -1,7 +1,7 @@
 """Roles on the server, as on the pages: reading needs the viewer role, a change the view's `change_role`
 (operator unless the view says otherwise; a view may name a role per action in `change_roles`). The check runs
 before the object is looked up, so a viewer's token gets 403 on every change, whatever it names. Services check
-again where the role depends on what is asked (a purge needs the admin role)."""
+again where the role depends on what is asked (a purge needs the admin role). A read-only token changes nothing."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ class RolePermission(BasePermission):
         if not request.user or not request.user.is_authenticated:
             return False  # DRF answers 401 with the authentication scheme
         role = required_role(request, view)
+        if role != VIEWER and getattr(request.auth, "read_only", False):
+            self.message = "This API token is read-only."
+            return False
         if has_role(request.user, role):
             return True
         self.message = f"This needs the {role} role."

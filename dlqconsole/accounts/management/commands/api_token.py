@@ -27,13 +27,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--expires-in", default="", metavar="AGE", help="e.g. 90d, 12h (create; default: never expires)"
         )
+        parser.add_argument(
+            "--read-only", action="store_true", help="the token reads and changes nothing, whatever the role (create)"
+        )
 
     def handle(self, *args: Any, action: str, username: str, name: str, **options: Any) -> None:
         user = User.objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user named {username!r}.")
         if action == "create":
-            self._create(user, options["new_name"] or name or "cli", options["expires_in"])
+            self._create(user, options["new_name"] or name or "cli", options["expires_in"], options["read_only"])
         elif action == "revoke":
             tokens = ApiToken.objects.filter(user=user, revoked_at__isnull=True).select_related("user")
             if name:
@@ -47,9 +50,10 @@ class Command(BaseCommand):
             for token in ApiToken.objects.filter(user=user):
                 used = f"last used {token.last_used_at:%Y-%m-%d %H:%M}" if token.last_used_at else "never used"
                 expires = f"expires {token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at else "no expiry"
-                self.stdout.write(f"{describe(token)}  {token.state(now)}  {used}  {expires}")
+                access = "read-only" if token.read_only else "role of the user"
+                self.stdout.write(f"{describe(token)}  {token.state(now)}  {access}  {used}  {expires}")
 
-    def _create(self, user: User, name: str, expires_in: str) -> None:
+    def _create(self, user: User, name: str, expires_in: str, read_only: bool) -> None:
         expires_at = None
         if expires_in:
             try:
@@ -57,7 +61,7 @@ class Command(BaseCommand):
             except ValueError as problem:
                 raise CommandError(f"--expires-in: {problem}") from None
         try:
-            token, plaintext = create_token(user=user, name=name, expires_at=expires_at)
+            token, plaintext = create_token(user=user, name=name, expires_at=expires_at, read_only=read_only)
         except TokenError as problem:
             raise CommandError(str(problem)) from None
         self.stderr.write(
