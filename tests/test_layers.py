@@ -32,7 +32,7 @@ def contracts() -> str:
 def lay_out_console(root: Path) -> Path:
     """An empty package named dlqconsole with every module the layers contract names, nothing importing anything."""
     package = root / "dlqconsole"
-    for app in ("core", "accounts", "brokers", "deadletters", "ingest", "operations", "alerts"):
+    for app in ("core", "accounts", "brokers", "deadletters", "ingest", "operations", "alerts", "api"):
         (package / app).mkdir(parents=True)
         (package / app / "__init__.py").write_text("")
         (package / app / "models.py").write_text("")

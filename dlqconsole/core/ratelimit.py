@@ -40,6 +40,8 @@ MAX_PERIOD_SECONDS = 24 * 3600
 # Faster than this a limit means nothing here (the replayer publishes a few thousand messages a second); a caller
 # that wants no limit passes no rate at all.
 MAX_PER_SECOND = 100_000
+# The longest rate written out (operations and retry policies store it in 32 characters).
+MAX_RATE_TEXT = 32
 RATE_FORMAT = "N/period[:burst] with a unit s, m or h, e.g. 50/1s, 10/60s or 4000/3h:50"
 DEFAULT_PREFIX = "dlq:rate:"
 # A horizon long enough to mean "whatever it takes" without handing Lua an infinity.
@@ -99,6 +101,8 @@ class Rate:
 def parse_rate(text: str) -> Rate:
     """Parse `N/period[:burst]` (`10/60s`, `5/1m`, `4000/3h:50`, `200/s`); raise ValueError saying what is wrong."""
     cleaned = text.strip().lower().replace(" ", "")
+    if len(cleaned) > MAX_RATE_TEXT:
+        raise ValueError(f"rate {text[:40]!r}... is longer than {MAX_RATE_TEXT} characters: write {RATE_FORMAT}")
     count_text, slash, rest = cleaned.partition("/")
     if not slash:
         raise ValueError(f"rate {text!r} has no '/': write {RATE_FORMAT}")

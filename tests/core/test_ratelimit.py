@@ -81,6 +81,7 @@ def test_rate_text_names_the_burst_only_when_there_is_one() -> None:
         ("200000/1s", "more than 100,000 per second"),
         ("1/1s:9999999", "the burst must be between 1 and 1,000,000"),
         ("99999999999999999999/1s", "the count 99999999999999999999 is absurdly large"),
+        ("0000000000000000000000000000001/1s", "is longer than 32 characters"),
     ],
 )
 def test_parse_rate_rejects_bad_input_with_a_clear_message(text: str, message: str) -> None:
