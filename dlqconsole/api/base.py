@@ -25,10 +25,11 @@ class NewestFirst(CursorPagination):
     max_page_size = 500
 
 
+# Audit rows written while a token's request runs name the token (`via`). The scope opens once the token is known
+# and closes when the request ends, however it ends (an unexpected error included), so the next request served by
+# the same thread never inherits it. (Comments, not docstrings, on the view bases: drf-spectacular takes the first
+# docstring of a view's classes as its description in the schema.)
 class AuditedMixin:
-    """Audit rows written while a token's request runs name the token (`via`). The scope opens once the token is
-    known and closes when the request ends, however it ends (an unexpected error included), so the next request
-    served by the same thread never inherits it."""
 
     _audit_scope: ExitStack | None = None
 
