@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,17 +28,15 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.accounts.roles import OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
-from dlqconsole.brokers.models import DEFAULT
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
-from dlqconsole.operations import planning, purged, services
+from dlqconsole.operations import history, planning, purged, services
 from dlqconsole.operations.forms import PlanForm
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
-    ItemStatus,
     Operation,
     OperationKind,
     OperationStatus,
@@ -230,22 +229,10 @@ def _filter_items(chosen: DeadLetterFilter) -> list[tuple[str, str]]:
 def operations_list(request: HtmxHttpRequest) -> HttpResponse:
     operations = Operation.objects.select_related("created_by", "target_broker").order_by("-id")
     status = request.GET.get("status", "")
-    if status == "unfinished":
-        operations = operations.unfinished()
-    elif status in OperationStatus.values:
-        operations = operations.filter(status=status)
     kind = request.GET.get("kind", "")
-    if kind in OperationKind.values:
-        operations = operations.filter(kind=kind)
     names = sorted(selectors.broker_names().values())
     broker = request.GET.get("broker", "")
-    if broker in names:
-        # Operations that touched the broker: its dead letters, or a move onto it. Those planned before brokers
-        # existed name none and were all on default.
-        touched = Q(breakdown__brokers__has_key=broker) | Q(target_broker__name=broker)
-        if broker == DEFAULT:
-            touched |= ~Q(breakdown__has_key="brokers")
-        operations = operations.filter(touched)
+    operations = history.filtered(operations, status=status, kind=kind, broker=broker if broker in names else "")
     rows, _, more = keyset_page(operations, size=HISTORY_PAGE_SIZE, before=parse_id(request.GET.get("before")))
     kept = request.GET.copy()
     kept.pop("before", None)
@@ -279,21 +266,12 @@ def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def _figures(operation: Operation) -> dict[str, Any]:
-    """What happened to its messages, each counted once: done (replayed, archived...), failed, skipped, not
-    attempted (a cancel left them), in flight, still waiting. The operation counts a cancel's leftovers among its
-    skipped; their items say "cancelled", so a cancelled operation's are counted apart here."""
-    not_attempted = 0
-    if operation.status == OperationStatus.CANCELLED and operation.skipped:
-        not_attempted = operation.items.filter(status=ItemStatus.SKIPPED, error__startswith="cancelled").count()
+    """What happened to its messages, each counted once (history.figures), with the share done and the bar."""
+    counted = history.figures(operation)
     return {
-        "done": operation.succeeded,
-        "done_percent": percent(operation.succeeded, operation.total),
-        "failed": operation.failed,
-        "skipped": max(0, operation.skipped - not_attempted),
-        "not_attempted": not_attempted,
-        "in_flight": operation.in_flight,
-        "waiting": max(0, operation.remaining - operation.in_flight) if not operation.is_finished else 0,
-        "bar": operation.bar(not_attempted=not_attempted),
+        **asdict(counted),
+        "done_percent": percent(counted.done, operation.total),
+        "bar": operation.bar(not_attempted=counted.not_attempted),
     }
 
 
