@@ -41,9 +41,9 @@ def token_list(request: HttpRequest) -> HttpResponse:
             "read_only": "on" if request.POST.get("read_only") else "",
         }
         try:
-            days = int(typed["lifetime"]) if typed["lifetime"] else None
             if typed["lifetime"] not in {value for value, _ in LIFETIMES}:
                 raise TokenError("Choose one of the expiry choices.")
+            days = int(typed["lifetime"]) if typed["lifetime"] else None
             expires_at = timezone.now() + dt.timedelta(days=days) if days else None
             _, created = create_token(
                 user=user, name=typed["name"], expires_at=expires_at, read_only=bool(typed["read_only"]), actor=user
