@@ -351,6 +351,13 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that several components share (a list row, a detail, a link) get one name each.
+    "ENUM_NAME_OVERRIDES": {
+        "DeadLetterStatusEnum": "dlqconsole.deadletters.models.DeadLetterStatus",
+        "PatternStatusEnum": "dlqconsole.deadletters.models.PatternStatus",
+        "FailureReasonEnum": "dlqconsole.deadletters.models.FailureReason",
+        "DeathReasonEnum": "dlqconsole.deadletters.models.DeathReason",
+    },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

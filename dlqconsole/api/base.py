@@ -30,7 +30,6 @@ class NewestFirst(CursorPagination):
 # the same thread never inherits it. (Comments, not docstrings, on the view bases: drf-spectacular takes the first
 # docstring of a view's classes as its description in the schema.)
 class AuditedMixin:
-
     _audit_scope: ExitStack | None = None
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,159 @@
-"""The API's deadletters resources (urlpatterns, included by api/urls.py)."""
+"""/api/v1/dead-letters/: the dead letters a filter selects, newest first a keyset page at a time (the messages
+page's filters, parsed by the same DeadLetterFilter), and one dead letter whole with its body and the chain of
+records of the same message."""
 
 from __future__ import annotations
 
 from typing import Any
 
-urlpatterns: list[Any] = []
+from django.db import OperationalError
+from django.db.models import QuerySet
+from django.db.models.functions import Left
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from dlqconsole.api.base import ApiViewSet
+from dlqconsole.api.deadletter_serializers import (
+    ERROR_EXCERPT_CHARS,
+    ROW_COLUMNS,
+    BodyQuerySerializer,
+    DeadLetterRowSerializer,
+    DeadLetterSerializer,
+    LinkedDeadLetterSerializer,
+    filter_parameters,
+)
+from dlqconsole.deadletters import selectors
+from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
+from dlqconsole.deadletters.models import DeadLetter
+
+# A list query that runs longer is stopped (PostgreSQL) and answered 400, as the messages page stops its own.
+QUERY_TIMEOUT_MS = 5000
+# How far the chain of records a dead letter was replayed from is followed, and how many of each kind of later
+# record are listed (as its page does).
+MAX_ANCESTORS = 20
+MAX_LINKED = 50
+# Query parameters the list takes besides the filter's fields; any other is refused (a mistyped filter would
+# otherwise select everything).
+PAGING_PARAMETERS = frozenset({"cursor", "limit", "format"})
+LINK_COLUMNS = ("id", "status", "ingested_at")
+
+
+# The answers besides 200 that the schema names (errors.py shapes them).
+REFUSED = OpenApiResponse(
+    description='A value it cannot use, or a change it cannot make: `{"detail": why, "code": "refused"}`, or '
+    '`{"detail", "code": "invalid", "errors": {field: [why]}}`.'
+)
+FORBIDDEN = OpenApiResponse(description='The role this needs is not yours: `{"detail": why, "code": ...}`.')
+
+
+def not_found(what: str) -> OpenApiResponse:
+    return OpenApiResponse(description=f'No such {what}: `{{"detail": why, "code": "not_found"}}`.')
+
+
+def known_parameters(query: Any, allowed: frozenset[str]) -> None:
+    """ValidationError naming the first query parameter that is none of `allowed`."""
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise ValidationError(
+            {unknown[0][:64]: [f"Not a parameter of this list; it takes {', '.join(sorted(allowed))}."]}
+        )
+
+
+@extend_schema_view(
+    list=extend_schema(
+        operation_id="list_dead_letters",
+        summary="List dead letters",
+        description="Newest first, a keyset page at a time (`next` and `previous` are cursors; no counts, no "
+        "offsets). Filters are those of the messages page; without a status filter, archived dead letters are left "
+        "out. The error message of a row is cut to its first "
+        f"{ERROR_EXCERPT_CHARS} characters.",
+        parameters=filter_parameters(),
+        responses={200: DeadLetterRowSerializer(many=True), 400: REFUSED},
+    ),
+    retrieve=extend_schema(
+        operation_id="get_dead_letter",
+        summary="Get one dead letter",
+        description="Everything stored of one dead letter: headers, properties, death history, stack trace, parse "
+        "problems, the body, and the records of the same message (replayed from, replayed into, edited, "
+        "identical).",
+        parameters=[BodyQuerySerializer],
+        responses={200: DeadLetterSerializer, 400: REFUSED, 404: not_found("dead letter")},
+    ),
+)
+class DeadLetterViewSet(ApiViewSet):
+    queryset = DeadLetter.objects.all()
+    serializer_class = DeadLetterRowSerializer
+    lookup_value_regex = r"[0-9]{1,18}"
+
+    def list(self, request: Request) -> Response:
+        known_parameters(request.query_params, frozenset(DeadLetterFilter.FIELDS) | PAGING_PARAMETERS)
+        chosen = DeadLetterFilter.from_querydict(request.query_params)
+        found: QuerySet[DeadLetter] = chosen.apply()
+        if selectors.counted_matches(chosen) == 0:
+            found = DeadLetter.objects.none()  # the counters say nothing matches: no need to scan for it
+        rows = (
+            found.select_related("broker")
+            .only(*ROW_COLUMNS)
+            .annotate(error_excerpt=Left("error_message", ERROR_EXCERPT_CHARS + 1))
+        )
+        try:
+            with selectors.time_limit(milliseconds=QUERY_TIMEOUT_MS):
+                page = self.paginate_queryset(rows)
+        except OperationalError:
+            raise FilterError(
+                f"This search took longer than {QUERY_TIMEOUT_MS / 1000:g} s and was stopped. Narrow it with a queue, "
+                "a pattern or a time range (since / until)."
+            ) from None
+        serializer = DeadLetterRowSerializer(page, many=True, context=self.get_serializer_context())
+        return self.get_paginated_response(serializer.data)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        asked = BodyQuerySerializer(data=request.query_params)
+        asked.is_valid(raise_exception=True)
+        letter = DeadLetter.objects.select_related("broker", "pattern").filter(pk=int(pk)).first()
+        if letter is None:
+            raise NotFound(f"No dead letter #{pk}.")
+        context = {**self.get_serializer_context(), "body": asked.validated_data["body"], "chain": self._chain(letter)}
+        return Response(DeadLetterSerializer(letter, context=context).data)
+
+    def _chain(self, letter: DeadLetter) -> dict[str, Any]:
+        """The records of the same message, each as a link: what it was replayed from (nearest first), what was
+        replayed from it and died again, its edits and what it was edited from, and its identical copies."""
+        context = self.get_serializer_context()
+
+        def links(rows: Any) -> list[Any]:
+            return LinkedDeadLetterSerializer(list(rows), many=True, context=context).data  # type: ignore[no-any-return]
+
+        def one(pk: int | None) -> Any:
+            row = DeadLetter.objects.filter(pk=pk).only(*LINK_COLUMNS).first() if pk else None
+            return LinkedDeadLetterSerializer(row, context=context).data if row is not None else None
+
+        ancestors: list[DeadLetter] = []
+        seen = {letter.pk}
+        previous_id = letter.previous_id
+        while previous_id is not None and previous_id not in seen and len(ancestors) < MAX_ANCESTORS:
+            row = DeadLetter.objects.filter(pk=previous_id).only(*LINK_COLUMNS, "previous_id").first()
+            if row is None:
+                break
+            ancestors.append(row)
+            seen.add(row.pk)
+            previous_id = row.previous_id
+        return {
+            "previous": links(ancestors[:1])[0] if ancestors else None,
+            "ancestors": links(ancestors),
+            "boomerangs": links(letter.boomerangs.order_by("id").only(*LINK_COLUMNS)[:MAX_LINKED]),
+            "edited_from": one(letter.edited_from_id),
+            "edits": links(letter.edits.order_by("id").only(*LINK_COLUMNS)[:MAX_LINKED]),
+            "identical_to": one(letter.identical_to_id),
+            "identical_copies": links(
+                DeadLetter.objects.filter(identical_to=letter).order_by("id").only(*LINK_COLUMNS)[:MAX_LINKED]
+            ),
+        }
+
+
+router = SimpleRouter()
+router.register("dead-letters", DeadLetterViewSet, basename="api-dead-letter")
+urlpatterns: list[Any] = list(router.urls)

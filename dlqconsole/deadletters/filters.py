@@ -62,6 +62,7 @@ class DeadLetterFilter:
     until: str = ""
     priority: str = ""
     message_id: list[str] = field(default_factory=list)
+    correlation_id: list[str] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     host: str = ""
     version: str = ""
@@ -79,6 +80,7 @@ class DeadLetterFilter:
         "until",
         "priority",
         "message_id",
+        "correlation_id",
         "ids",
         "host",
         "version",
@@ -135,7 +137,7 @@ class DeadLetterFilter:
             self.ids = [int(value) for value in self.ids]
         except (TypeError, ValueError):
             raise FilterError("pattern and ids must be whole numbers") from None
-        if len(self.ids) > MAX_IDS or len(self.message_id) > MAX_IDS:
+        if max(len(self.ids), len(self.message_id), len(self.correlation_id)) > MAX_IDS:
             raise FilterError(f"at most {MAX_IDS} ids in one filter; use another filter for more")
         self.queue = [str(value) for value in self.queue]
         self.broker = [str(value) for value in self.broker]
@@ -145,8 +147,19 @@ class DeadLetterFilter:
         if self.broker:
             broker_ids(self.broker)
         self.message_id = [str(value) for value in self.message_id]
+        self.correlation_id = [str(value) for value in self.correlation_id]
         # Stored text never holds a NUL (PostgreSQL refuses one); a payload, searched as bytes, may.
-        for name in ("queue", "message_id", "error_type", "host", "version", "text", "since", "until"):
+        for name in (
+            "queue",
+            "message_id",
+            "correlation_id",
+            "error_type",
+            "host",
+            "version",
+            "text",
+            "since",
+            "until",
+        ):
             value = getattr(self, name)
             if any("\x00" in item for item in (value if isinstance(value, list) else [value])):
                 raise FilterError(f"{name} cannot hold a NUL character")
@@ -197,6 +210,8 @@ class DeadLetterFilter:
             found = found.filter(priority__gte=int(low), priority__lte=int(high or low))
         if self.message_id:
             found = found.filter(message_id__in=self.message_id)
+        if self.correlation_id:
+            found = found.filter(correlation_id__in=self.correlation_id)
         if self.ids:
             found = found.filter(pk__in=self.ids)
         if self.host:

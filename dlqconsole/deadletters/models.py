@@ -247,6 +247,8 @@ class DeadLetter(models.Model):
             ),
             # Lookups by message id (filters, boomerang linking).
             models.Index(fields=["message_id"], name="deadletter_message_id"),
+            # Lookups by correlation id (filters: every dead letter of one business transaction).
+            models.Index(fields=["correlation_id"], name="deadletter_correlation_id"),
             # A dead letter's page lists its identical copies; only copies are in this index.
             models.Index(
                 fields=["identical_to"],

@@ -38,6 +38,7 @@ LIST_FILTERS = (
     ("--reason", "reason", "failure reason, e.g. TIMEOUT"),
     ("--status", "status", "dead-letter status, e.g. parked, failed, archived"),
     ("--message-id", "message_id", "message id"),
+    ("--correlation-id", "correlation_id", "correlation id"),
     ("--id", "ids", "dead letter id"),
 )
 TEXT_FILTERS = (
@@ -47,6 +48,8 @@ TEXT_FILTERS = (
     ("--priority", "priority", "priority or a range like 5-9"),
     ("--text", "text", "text in the error type or message"),
     ("--host", "host", "processing host"),
+    # Not --version: Django's commands own it.
+    ("--app-version", "version", "application version (exact)"),
     ("--payload", "payload", "text in the body"),
 )
 VERBS = {
@@ -96,13 +99,18 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     operation.set_defaults(handler=run_control)
 
 
+def option_dest(option: str) -> str:
+    """Where argparse keeps an option's value: `--app-version` in `app_version` (the filter field `version`)."""
+    return option.removeprefix("--").replace("-", "_")
+
+
 def filter_from_options(options: dict[str, Any]) -> DeadLetterFilter:
     data: dict[str, Any] = {}
-    for _, name, _ in LIST_FILTERS:
-        values = options.get(name if name != "ids" else "id") or []
+    for option, name, _ in LIST_FILTERS:
+        values = options.get(option_dest(option)) or []
         data[name] = [part.strip() for value in values for part in str(value).split(",") if part.strip()]
-    for _, name, _ in TEXT_FILTERS:
-        data[name] = options.get(name) or ""
+    for option, name, _ in TEXT_FILTERS:
+        data[name] = options.get(option_dest(option)) or ""
     try:
         return DeadLetterFilter.from_dict(data)
     except FilterError as error:

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.operations.models import Operation, OperationStatus
-from tests.factories import synthetic_dead_letters
+from tests.factories import EnvelopeFactory, store, synthetic_dead_letters
 from tests.support import declare_with_dlq, wait_for_depth
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +78,28 @@ def test_retry_hands_the_operation_to_a_worker(channel, queue_name, django_captu
     assert wait_for_depth(channel, orders, 1, timeout=0.5) == 0  # nothing published until a worker runs it
 
 
+@pytest.mark.sqlite
+def test_filters_by_correlation_id_and_app_version():
+    """The filters the messages page has: correlation ids (repeatable, comma-separated) and the app version."""
+    first, second, third = store(
+        EnvelopeFactory.build(version="1.4.2"),
+        EnvelopeFactory.build(version="2.0.0"),
+        EnvelopeFactory.build(version="2.0.0"),
+    )
+    DeadLetter.objects.filter(pk=first.pk).update(correlation_id="order-7")
+    DeadLetter.objects.filter(pk=second.pk).update(correlation_id="order-8")
+    DeadLetter.objects.filter(pk=third.pk).update(correlation_id="order-9")
+
+    by_correlation = dlq("archive", "--correlation-id", "order-7,order-8", "--correlation-id", "nope", "--dry-run")
+    by_version = dlq("archive", "--app-version", "2.0.0", "--dry-run")
+    both = dlq("archive", "--app-version", "2.0.0", "--correlation-id", "order-9", "--dry-run")
+
+    assert "archive 2 dead letters" in by_correlation
+    assert "correlation_id=['order-7', 'order-8', 'nope']" in by_correlation
+    assert "archive 2 dead letters" in by_version and "version=2.0.0" in by_version
+    assert "archive 1 dead letters" in both
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -85,6 +107,7 @@ def test_retry_hands_the_operation_to_a_worker(channel, queue_name, django_captu
         (["retry", "--rate", "fast", "--yes"], "has no '/'"),
         (["move", "--yes"], "needs a target queue"),
         (["archive", "--since", "yesterday", "--yes"], "since must be an ISO date/time"),
+        (["archive", "--correlation-id", "a\x00b", "--yes"], "correlation_id cannot hold a NUL"),
         (["operation", "pause", "999"], "no operation #999"),
     ],
 )
