@@ -336,7 +336,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["dlqconsole.api.permissions.RolePermission"],
     "DEFAULT_THROTTLE_CLASSES": ["dlqconsole.api.throttling.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["dlqconsole.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "dlqconsole.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

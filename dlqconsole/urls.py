@@ -22,4 +22,5 @@ urlpatterns = [
     path("metrics", metrics, name="prometheus-django-metrics"),
 ]
 
+handler400 = "dlqconsole.views.bad_request"
 handler500 = "dlqconsole.views.server_error"

@@ -114,3 +114,10 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith("/api/"):
         return api_errors.server_error(request)
     return defaults.server_error(request)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 page, or JSON under /api/ (a refusal raised before any view runs, such as a bad Host header)."""
+    if request.path.startswith("/api/"):
+        return api_errors.bad_request(request, exception)
+    return defaults.bad_request(request, exception)

@@ -5,13 +5,15 @@ viewer's tokens read and change nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_variables
 from django.views.decorators.http import require_http_methods
 
 from dlqconsole.accounts.models import ApiToken
@@ -23,6 +25,7 @@ LIFETIMES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "Neve
 
 @never_cache
 @require_http_methods(["GET", "POST"])
+@sensitive_variables("created")  # the new token, shown once: Django's error reports hide it
 def token_list(request: HttpRequest) -> HttpResponse:
     user = request.user
     assert isinstance(user, User)  # LoginRequiredMiddleware lets no one else in
@@ -30,7 +33,11 @@ def token_list(request: HttpRequest) -> HttpResponse:
     problem = ""
     typed = {"name": "", "lifetime": "90", "read_only": ""}
     if request.method == "POST" and request.POST.get("action") == "revoke":
-        token = get_object_or_404(ApiToken.objects.select_related("user"), pk=request.POST.get("token"), user=user)
+        # The form sends a token's id; anything else (a form posted by hand) names no token of theirs.
+        pk = request.POST.get("token", "")
+        if not re.fullmatch(r"[0-9]{1,18}", pk):
+            raise Http404("No such token.")
+        token = get_object_or_404(ApiToken.objects.select_related("user"), pk=int(pk), user=user)
         if revoke_tokens([token], actor=user):
             messages.success(request, f"Revoked {describe(token)}. Requests with it now get 401.")
         return redirect("accounts:tokens")

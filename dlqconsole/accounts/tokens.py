@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.views.decorators.debug import sensitive_variables
 
 from dlqconsole.accounts.models import ApiToken
 from dlqconsole.accounts.services import record_audit
@@ -42,6 +43,7 @@ def describe(token: ApiToken) -> str:
     return f"API token {token.name} (dlq_{token.prefix})"
 
 
+@sensitive_variables("plaintext")
 def create_token(
     *,
     user: User,
@@ -52,7 +54,7 @@ def create_token(
     now: dt.datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for `user` and its plaintext, which is never shown again. `actor` is who asked (the user on
-    their own page; None from the command line, written as system)."""
+    their own page; None from the command line, written as system). Error reports hide the plaintext."""
     now = now or timezone.now()
     name = (name or "").strip()
     if not NAME.fullmatch(name):
@@ -117,6 +119,9 @@ def revoke_tokens(
     return revoked
 
 
+# Django's error reports that show each frame's variables (the DEBUG page, HTML error e-mails) hide every variable
+# here: the token, and the match of it, whose repr quotes most of it.
+@sensitive_variables()
 def authenticate(plaintext: str, *, now: dt.datetime | None = None) -> tuple[ApiToken | None, str]:
     """The live token this is, with its active user loaded, or (None, why not)."""
     found = TOKEN.fullmatch(plaintext or "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.views.decorators.debug import sensitive_variables
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
@@ -16,6 +17,8 @@ SCHEMES = ("bearer", "token")
 
 
 class TokenAuthentication(BaseAuthentication):
+    # Django's error reports that show each frame's variables hide every variable here (the header, the token).
+    @sensitive_variables()
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
         header = get_authorization_header(request).split()
         if not header or header[0].decode("latin-1").lower() not in SCHEMES:

@@ -3,10 +3,12 @@ cursors (no offset, no count: the next page of a million rows costs what the fir
 
 from __future__ import annotations
 
+import re
 from contextlib import ExitStack
 from typing import Any
 
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet
@@ -14,6 +16,9 @@ from rest_framework.viewsets import GenericViewSet
 from dlqconsole.accounts.models import ApiToken
 from dlqconsole.accounts.services import acting_via
 from dlqconsole.accounts.tokens import describe
+
+# A cursor's position: the id of the row a page ends at (the ordering is by id), at most a bigint's 19 digits.
+POSITION = re.compile(r"-?[0-9]{1,19}")
 
 
 class NewestFirst(CursorPagination):
@@ -23,6 +28,15 @@ class NewestFirst(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 500
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """The cursor, or 404 for one the console did not make. A cursor is base64 that anyone can write: DRF checks
+        its offset and direction but passes the position to the query as it is, where text that is no id (or one
+        of thousands of digits) fails as a server error."""
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None and not POSITION.fullmatch(str(cursor.position)):
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
 
 
 # Audit rows written while a token's request runs name the token (`via`). The scope opens once the token is known

@@ -13,7 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dlqconsole.deadletters import selectors
-from dlqconsole.deadletters.filters import DeadLetterFilter
+from dlqconsole.deadletters.filters import MAX_IDS, DeadLetterFilter
 from dlqconsole.operations import history, services
 from dlqconsole.operations.cli import LIST_FILTERS, TEXT_FILTERS
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
@@ -47,12 +47,15 @@ WARNING_CODES = (
 
 
 def _filter_field(spec: dataclasses.Field[Any]) -> serializers.Field:
-    """A field of the dead-letter filter as JSON takes it: a list of ids or of strings, or a string."""
+    """A field of the dead-letter filter as JSON takes it: a list of ids or of strings (at most MAX_IDS, as the
+    filter takes ids), or a string."""
     help_text = FILTER_HELP.get(spec.name, spec.name.replace("_", " "))
     kind = str(spec.type)
     if kind.startswith("list["):
         child = serializers.IntegerField() if "int" in kind else serializers.CharField(trim_whitespace=True)
-        return serializers.ListField(child=child, required=False, help_text=f"{help_text} (any of these)")
+        return serializers.ListField(
+            child=child, required=False, max_length=MAX_IDS, help_text=f"{help_text} (any of these)"
+        )
     return serializers.CharField(required=False, allow_blank=True, help_text=help_text)
 
 

@@ -35,7 +35,10 @@ DURATION_UNITS = {
     "week": 604800,
     "weeks": 604800,
 }
-DURATION_FORMAT = re.compile(r"(?:\s*\d{1,9}\s*[a-z]*\s*)+")
+# Digits, each run with an optional unit, spaces anywhere between. Every part is taken whole and never given back
+# (possessive), so a text that is no duration is refused at once: with plain quantifiers a run of forty digits
+# followed by something unreadable ("1111…1a b") was cut into parts every possible way first, for days.
+DURATION_FORMAT = re.compile(r"\s*+(?:\d++\s*+[a-z]*+\s*+)++")
 DURATION_PART = re.compile(r"(\d+)\s*([a-z]*)")
 # An age (30m, 1h30m, 2 days) rather than a date: digits then a unit letter, no dashes or colons.
 RELATIVE = re.compile(r"^\d+\s*[a-z][a-z\d\s]*$", re.IGNORECASE)
