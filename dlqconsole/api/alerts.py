@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,9 +16,9 @@ from dlqconsole.alerts import changes
 from dlqconsole.alerts.models import Alert, AlertQuerySet
 from dlqconsole.api.alerts_serializers import AlertFilterSerializer, AlertSerializer, SilenceSerializer
 from dlqconsole.api.base import ApiViewSet
+from dlqconsole.api.problems import REFUSED, not_found
 
-REFUSED = OpenApiResponse(description='The change cannot be made now: `{"detail": why, "code": "refused"}`.')
-NOT_FOUND = OpenApiResponse(description="No such alert.")
+NOT_FOUND = not_found("alert")
 
 
 class AlertViewSet(ApiViewSet):

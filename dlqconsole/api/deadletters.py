@@ -9,7 +9,7 @@ from typing import Any
 from django.db import OperationalError
 from django.db.models import QuerySet
 from django.db.models.functions import Left
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,6 +25,7 @@ from dlqconsole.api.deadletter_serializers import (
     LinkedDeadLetterSerializer,
     filter_parameters,
 )
+from dlqconsole.api.problems import REFUSED, not_found
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter
@@ -39,18 +40,6 @@ MAX_LINKED = 50
 # otherwise select everything).
 PAGING_PARAMETERS = frozenset({"cursor", "limit", "format"})
 LINK_COLUMNS = ("id", "status", "ingested_at")
-
-
-# The answers besides 200 that the schema names (errors.py shapes them).
-REFUSED = OpenApiResponse(
-    description='A value it cannot use, or a change it cannot make: `{"detail": why, "code": "refused"}`, or '
-    '`{"detail", "code": "invalid", "errors": {field: [why]}}`.'
-)
-FORBIDDEN = OpenApiResponse(description='The role this needs is not yours: `{"detail": why, "code": ...}`.')
-
-
-def not_found(what: str) -> OpenApiResponse:
-    return OpenApiResponse(description=f'No such {what}: `{{"detail": why, "code": "not_found"}}`.')
 
 
 def known_parameters(query: Any, allowed: frozenset[str]) -> None:

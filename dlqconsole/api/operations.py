@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import serializers, status
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,24 +29,13 @@ from dlqconsole.api.operation_serializers import (
     OperationSerializer,
     OperationStartSerializer,
 )
+from dlqconsole.api.problems import REFUSED, not_found, problem
 from dlqconsole.operations import history, planning, services
 from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
 from dlqconsole.operations.services import OperationError
 
-
-class OperationProblemSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    detail = serializers.CharField()
-    code = serializers.CharField(help_text='"refused" (a service said no), "invalid" (a field), "not_found"...')
-    errors = serializers.DictField(required=False, help_text="Per field, for code invalid.")
-
-
-def _problem(text: str) -> OpenApiResponse:
-    return OpenApiResponse(OperationProblemSerializer, description=text)
-
-
-REFUSED = _problem("Refused by the service, or a field is invalid; `detail` says why.")
-FORBIDDEN = _problem("The role is missing: viewers change nothing, and a purge needs the admin role.")
-NOT_FOUND = _problem("No such operation.")
+FORBIDDEN = problem("The role is missing: viewers change nothing, and a purge needs the admin role.")
+NOT_FOUND = not_found("operation")
 
 
 def _control(summary: str, operation_id: str, request: Any = None, description: str = "") -> Any:

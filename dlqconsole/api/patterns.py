@@ -20,7 +20,7 @@ from rest_framework.routers import SimpleRouter
 
 from dlqconsole.accounts.roles import OPERATOR
 from dlqconsole.api.base import ApiViewSet
-from dlqconsole.api.deadletters import FORBIDDEN, PAGING_PARAMETERS, REFUSED, known_parameters, not_found
+from dlqconsole.api.deadletters import PAGING_PARAMETERS, known_parameters
 from dlqconsole.api.pattern_serializers import (
     MergeResultSerializer,
     MergeSerializer,
@@ -31,6 +31,7 @@ from dlqconsole.api.pattern_serializers import (
     SplitSerializer,
     TriageSerializer,
 )
+from dlqconsole.api.problems import FORBIDDEN, REFUSED, not_found
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetterCount, DeadLetterStatus, FailurePattern
 from dlqconsole.deadletters.rule_services import split_pattern, split_preview, validate_rule

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from dlqconsole.api.base import ApiView
-from dlqconsole.api.deadletters import REFUSED
+from dlqconsole.api.problems import REFUSED
 from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import FilterError, broker_ids
