@@ -15,7 +15,7 @@ from rest_framework.routers import SimpleRouter
 from dlqconsole.alerts import changes
 from dlqconsole.alerts.models import Alert, AlertQuerySet
 from dlqconsole.api.alerts_serializers import AlertFilterSerializer, AlertSerializer, SilenceSerializer
-from dlqconsole.api.base import ApiViewSet
+from dlqconsole.api.base import ApiViewSet, StrictSerializer
 from dlqconsole.api.problems import REFUSED, not_found
 
 NOT_FOUND = not_found("alert")
@@ -25,6 +25,7 @@ class AlertViewSet(ApiViewSet):
     """Alerts: every role reads them; acknowledging and silencing needs the operator role, as on the pages."""
 
     serializer_class = AlertSerializer
+    query_parameters = {"list": frozenset(AlertFilterSerializer().fields)}
 
     def get_queryset(self) -> AlertQuerySet:
         return Alert.objects.select_related("rule__broker", "acknowledged_by")
@@ -62,6 +63,7 @@ class AlertViewSet(ApiViewSet):
     )
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str) -> Response:
+        StrictSerializer(data=request.data or {}).is_valid(raise_exception=True)
         alert = self.get_object()
         changes.acknowledge_alert(alert=alert, actor=request.user)
         return self._answer(alert)

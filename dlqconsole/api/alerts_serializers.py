@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from dlqconsole.alerts.forms import MAX_DURATION
 from dlqconsole.alerts.models import OPEN_STATUSES, Alert, AlertQuerySet, AlertRule, AlertStatus, Severity
+from dlqconsole.api.base import StrictSerializer
 from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.core.durations import format_duration, parse_duration
 
@@ -128,7 +129,7 @@ class AlertFilterSerializer(serializers.Serializer):
         return alerts
 
 
-class SilenceSerializer(serializers.Serializer):
+class SilenceSerializer(StrictSerializer):
     """`{"for": "2h"}` or `{"until": "2026-11-26T18:00:00Z"}`; `{"for": "0"}` lifts the silence, as the page's
     "Lift the silence" does."""
 

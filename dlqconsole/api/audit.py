@@ -59,6 +59,7 @@ class AuditViewSet(ApiViewSet):
     """The audit log: every role reads it; only admins see the sign-in rows (`accounts.login*`)."""
 
     serializer_class = AuditEntrySerializer
+    query_parameters = {"list": frozenset({"actor", "action", "target", "since", "until"})}
 
     @extend_schema(
         operation_id="audit_list",

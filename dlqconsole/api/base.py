@@ -7,7 +7,8 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
-from rest_framework.exceptions import NotFound
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -57,9 +58,45 @@ class AuditedMixin:
             self._audit_scope.enter_context(acting_via(describe(request.auth)))
 
 
-class ApiView(AuditedMixin, APIView):
+class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A request body whose fields are all known: a misspelt one (`"rat": "1/1s"`, `"stauts": ...`) is refused
+    with the fields it takes, instead of the change going ahead without it."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict) and (unknown := sorted(set(data) - set(self.fields))):
+            takes = ", ".join(self.fields) or "no fields"
+            raise ValidationError({name[:64]: [f"Not a field of this request; it takes {takes}."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+# Paging parameters every list takes; `format` is DRF's, which answers 404 to any format but JSON.
+PAGING_PARAMETERS = frozenset({"cursor", "limit", "format"})
+
+
+def known_parameters(query: Any, allowed: frozenset[str]) -> None:
+    """ValidationError naming the first query parameter that is none of `allowed`."""
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "no parameters"
+        raise ValidationError({unknown[0][:64]: [f"Not a parameter of this resource; it takes {takes}."]})
+
+
+# A query parameter a view does not know is refused (400), so a misspelt filter never selects everything: each
+# view names what each of its actions takes (`query_parameters`, by action; lists take the paging ones too). The
+# check runs after authentication and the role check, so a stranger learns nothing from it.
+class KnownParametersMixin:
+    query_parameters: dict[str, frozenset[str]] = {}
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        action = getattr(self, "action", None) or (request.method or "").lower()
+        allowed = self.query_parameters.get(action, frozenset())
+        known_parameters(request.query_params, allowed | PAGING_PARAMETERS if action == "list" else allowed)
+
+
+class ApiView(KnownParametersMixin, AuditedMixin, APIView):
     pass
 
 
-class ApiViewSet(AuditedMixin, GenericViewSet):  # type: ignore[type-arg]
+class ApiViewSet(KnownParametersMixin, AuditedMixin, GenericViewSet):  # type: ignore[type-arg]
     pagination_class = NewestFirst

@@ -12,6 +12,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from dlqconsole.api.base import StrictSerializer
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import MAX_IDS, DeadLetterFilter
 from dlqconsole.operations import history, services
@@ -59,23 +60,15 @@ def _filter_field(spec: dataclasses.Field[Any]) -> serializers.Field:
     return serializers.CharField(required=False, allow_blank=True, help_text=help_text)
 
 
-class OperationFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OperationFilterSerializer(StrictSerializer):
     """The dead-letter filter of a plan, as the messages page and `dlq retry` take it; a field it does not know is
     refused (a misspelt one would otherwise widen the plan)."""
 
     def get_fields(self) -> dict[str, serializers.Field]:
         return {spec.name: _filter_field(spec) for spec in dataclasses.fields(DeadLetterFilter)}
 
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, dict) and (unknown := sorted(set(data) - set(self.fields))):
-            known = ", ".join(self.fields)
-            raise serializers.ValidationError(
-                {name: [f"Not a filter field; the fields are {known}."] for name in unknown}
-            )
-        return dict(super().to_internal_value(data))
 
-
-class OperationPlanSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OperationPlanSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=PLANNABLE_KINDS, help_text="A purge needs the admin role.")
     filter = OperationFilterSerializer(help_text="Which dead letters; an empty filter is refused.")
     limit = serializers.IntegerField(
@@ -107,7 +100,7 @@ class OperationPlanSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class OperationStartSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OperationStartSerializer(StrictSerializer):
     confirm_count = serializers.IntegerField(
         required=False,
         allow_null=True,
@@ -123,11 +116,11 @@ class OperationStartSerializer(serializers.Serializer):  # type: ignore[type-arg
     )
 
 
-class OperationPauseSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OperationPauseSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class OperationRateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OperationRateSerializer(StrictSerializer):
     rate = serializers.CharField(allow_blank=True, max_length=64, help_text='N/period[:burst], or "" for no limit.')
 
 

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from dlqconsole.api.base import ApiViewSet
+from dlqconsole.api.base import ApiViewSet, StrictSerializer
 from dlqconsole.api.operation_serializers import (
     STALE_MINUTES,
     OperationListQuerySerializer,
@@ -69,6 +69,7 @@ class OperationViewSet(ApiViewSet):
 
     queryset = Operation.objects.select_related("created_by", "target_broker")
     serializer_class = OperationSerializer
+    query_parameters = {"list": frozenset(OperationListQuerySerializer().fields)}
 
     def list(self, request: Request) -> Response:
         query = OperationListQuerySerializer(data=request.query_params)
@@ -171,7 +172,9 @@ class OperationViewSet(ApiViewSet):
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
-        return self._answer(services.resume_operation(operation=self.get_object(), actor=request.user))
+        operation = self.get_object()
+        StrictSerializer(data=request.data or {}).is_valid(raise_exception=True)
+        return self._answer(services.resume_operation(operation=operation, actor=request.user))
 
     @_control(
         "Cancel an operation, or discard a plan",
@@ -180,7 +183,9 @@ class OperationViewSet(ApiViewSet):
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        return self._answer(services.cancel_operation(operation=self.get_object(), actor=request.user))
+        operation = self.get_object()
+        StrictSerializer(data=request.data or {}).is_valid(raise_exception=True)
+        return self._answer(services.cancel_operation(operation=operation, actor=request.user))
 
     @_control(
         "Change the rate of an unfinished retry or move",
@@ -195,6 +200,14 @@ class OperationViewSet(ApiViewSet):
         asked.is_valid(raise_exception=True)
         rate = asked.validated_data["rate"]
         return self._answer(services.change_rate(operation=operation, rate=rate, actor=request.user))
+
+    def get_object(self) -> Operation:
+        """The operation, once the caller's role may steer its kind (a purge needs the admin role): a refusal of the
+        role comes before any complaint about the body."""
+        operation: Operation = super().get_object()
+        if self.request.method not in ("GET", "HEAD", "OPTIONS"):
+            services.check_role(self.request.user, operation.kind)
+        return operation
 
     def _answer(self, operation: Operation, code: int = status.HTTP_200_OK) -> Response:
         """The operation as it is now (a service's change included), read afresh with its broker and planner."""

@@ -12,6 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from dlqconsole.api.base import StrictSerializer
 from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.models import FailurePattern, FailureReason, PatternEvent, PatternStatus
 
@@ -171,7 +172,7 @@ class PatternFilterSerializer(serializers.Serializer):
         return value
 
 
-class TriageSerializer(serializers.Serializer):
+class TriageSerializer(StrictSerializer):
     """Any of a status, an owner and a note; what is left out stays as it is."""
 
     status = serializers.ChoiceField(choices=PatternStatus.choices, required=False)
@@ -196,7 +197,7 @@ class TriageSerializer(serializers.Serializer):
         return attrs
 
 
-class MergeSerializer(serializers.Serializer):
+class MergeSerializer(StrictSerializer):
     target = serializers.IntegerField(min_value=1, help_text="The pattern that absorbs the others.")
     sources = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
@@ -209,7 +210,7 @@ class MergeSerializer(serializers.Serializer):
     )
 
 
-class SplitSerializer(serializers.Serializer):
+class SplitSerializer(StrictSerializer):
     name = serializers.CharField(
         max_length=200, help_text="The rule's name; the new pattern's template. No other rule or pattern has it."
     )

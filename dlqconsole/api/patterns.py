@@ -20,7 +20,6 @@ from rest_framework.routers import SimpleRouter
 
 from dlqconsole.accounts.roles import OPERATOR
 from dlqconsole.api.base import ApiViewSet
-from dlqconsole.api.deadletters import PAGING_PARAMETERS, known_parameters
 from dlqconsole.api.pattern_serializers import (
     MergeResultSerializer,
     MergeSerializer,
@@ -128,9 +127,9 @@ class PatternViewSet(ApiViewSet):
     serializer_class = PatternSerializer
     lookup_value_regex = r"[0-9]{1,18}"
     change_roles = {"triage": OPERATOR, "merge": OPERATOR, "split": OPERATOR}
+    query_parameters = {"list": FILTER_PARAMETERS}
 
     def list(self, request: Request) -> Response:
-        known_parameters(request.query_params, FILTER_PARAMETERS | PAGING_PARAMETERS)
         # An empty value is no filter, as on the page (a script may send every parameter, most of them empty).
         asked = PatternFilterSerializer(data={name: value for name, value in request.query_params.items() if value})
         asked.is_valid(raise_exception=True)

@@ -108,6 +108,8 @@ def known_queues(*, only: list[int] | None) -> list[KnownQueue]:
 class QueueListView(ApiView):
     """Every dead-letter queue known to the console."""
 
+    query_parameters = {"get": frozenset({"broker"})}
+
     @extend_schema(
         operation_id="list_queues",
         summary="List dead-letter queues",

@@ -203,7 +203,7 @@ def test_archived_dead_letters_are_left_out_unless_asked_for(client: APIClient) 
         ({"broker": "nowhere"}, "refused", "no broker named 'nowhere'"),
         ({"pattern": "abc"}, "refused", "pattern and ids must be whole numbers"),
         ({"correlation_id": "a\x00b"}, "refused", "correlation_id cannot hold a NUL"),
-        ({"queues": "orders.dlq"}, "invalid", "queues: Not a parameter of this list"),
+        ({"queues": "orders.dlq"}, "invalid", "queues: Not a parameter of this resource"),
     ],
 )
 def test_a_bad_filter_is_400_with_the_reason(client: APIClient, query: dict[str, str], code: str, message: str) -> None:

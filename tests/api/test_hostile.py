@@ -587,3 +587,33 @@ def test_an_audit_target_of_many_spaces_is_read_at_once(api_for: ApiFor, viewer:
     with deadline(2):
         response = api_for(viewer).get("/api/v1/audit/", {"target": "pattern" + " " * 20000 + "x"})
     assert response.status_code == 200
+
+
+def test_a_misspelt_body_field_is_refused_and_changes_nothing(api_for: ApiFor, admin_user: User) -> None:
+    """`"rat": "1/1s"` must not plan a retry at the default rate, nor `"stauts"` change only the note."""
+    letters = parked(2)
+    pattern = letters[0].pattern
+    alert = firing_alert()
+    retry = plan_operation(kind="retry", filter={"ids": [row.pk for row in letters]}, actor=admin_user)
+    client = api_for(admin_user)
+    calls = {
+        "plan": ("/api/v1/operations/", {"kind": "retry", "filter": {"pattern": [pattern.pk]}, "rat": "1/1s"}),
+        "start": (f"/api/v1/operations/{retry.pk}/start/", {"confirm": 2}),
+        "pause": (f"/api/v1/operations/{retry.pk}/pause/", {"reasn": "x"}),
+        "resume": (f"/api/v1/operations/{retry.pk}/resume/", {"now": True}),
+        "rate": (f"/api/v1/operations/{retry.pk}/rate/", {"rat": "1/1s"}),
+        "cancel": (f"/api/v1/operations/{retry.pk}/cancel/", {"force": True}),
+        "triage": (f"/api/v1/patterns/{pattern.pk}/triage/", {"stauts": "resolved", "note": "typo"}),
+        "merge": ("/api/v1/patterns/merge/", {"target": pattern.pk, "source": [pattern.pk]}),
+        "split": (f"/api/v1/patterns/{pattern.pk}/split/", {"name": "x", "regexp": "a"}),
+        "acknowledge": (f"/api/v1/alerts/{alert.pk}/acknowledge/", {"silence": "1h"}),
+        "silence": (f"/api/v1/alerts/{alert.pk}/silence/", {"for": "1h", "reason": "x"}),
+    }
+    answers = {name: client.post(path, body, format="json") for name, (path, body) in calls.items()}
+
+    assert {name: answer.status_code for name, answer in answers.items()} == dict.fromkeys(calls, 400)
+    assert all("Not a field of this request" in answer.json()["detail"] for answer in answers.values())
+    assert Operation.objects.count() == 1 and Operation.objects.get().status == OperationStatus.PLANNED
+    pattern.refresh_from_db()
+    assert pattern.note == "" and pattern.status == PatternStatus.OPEN
+    assert Alert.objects.get(pk=alert.pk).status == AlertStatus.FIRING

@@ -243,7 +243,7 @@ def test_a_stale_plan_starts_only_when_confirmed(api_for: ApiFor, operator: User
         ({"kind": "retry", "filter": {"queue": ["orders.dlq"]}, "rate": "0/1s"}, "refused", "at least 1"),
         ({"kind": "archive", "filter": {"queue": ["orders.dlq"]}, "rate": "5/1s"}, "refused", "takes no rate"),
         ({"kind": "retry", "filter": {"pattern": ["three"]}}, "invalid", "filter: pattern:"),
-        ({"kind": "retry", "filter": {"queues": ["orders.dlq"]}}, "invalid", "Not a filter field"),
+        ({"kind": "retry", "filter": {"queues": ["orders.dlq"]}}, "invalid", "Not a field of this request"),
         ({"kind": "retry", "filter": {"since": "yesterday-ish"}}, "refused", "yesterday-ish"),
         ({"kind": "retry", "filter": {"status": ["archived"]}}, "refused", "cannot act on"),
         ({"kind": "retry", "filter": {}}, "refused", "needs a filter"),

@@ -187,3 +187,18 @@ def test_the_docs_page_is_for_signed_in_people_and_its_assets_are_served(viewer:
     assets = re.findall(r'(?:src|href)="(/static/drf_spectacular_sidecar/[^"]+)"', html)
     assert any(asset.endswith("swagger-ui-bundle.js") for asset in assets)
     assert "<script>" not in html  # no inline script: the Content Security Policy allows scripts from 'self' only
+
+
+def test_every_read_refuses_a_parameter_it_does_not_know(admin_user: User) -> None:
+    """A misspelt filter (`?stauts=`) is a 400 naming it, never a list of everything. The ids do not exist: the
+    parameters are checked before the object is looked up."""
+    client = api_client(token_for(admin_user))
+    problems = []
+
+    for _, path in operations(changes=False):
+        response = client.get(filled(path), {"stauts": "parked"})
+        if response.status_code != 400 or not is_json_error(response) or "stauts" not in response.json()["detail"]:
+            problems.append(f"GET {path}?stauts=parked: {response.status_code} {response.content[:200]!r}")
+
+    assert len(operations(changes=False)) >= 10
+    assert problems == []
