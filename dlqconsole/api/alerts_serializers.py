@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from dlqconsole.alerts.forms import MAX_DURATION
 from dlqconsole.alerts.models import OPEN_STATUSES, Alert, AlertQuerySet, AlertRule, AlertStatus, Severity
-from dlqconsole.api.base import StrictSerializer
+from dlqconsole.api.base import Links, StrictSerializer
 from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.core.durations import format_duration, parse_duration
 
@@ -35,7 +35,9 @@ class AlertRuleRefSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(Links, serializers.ModelSerializer):
+    api_route = "api-alert-detail"
+    page_route = "alerts:detail"
     rule = AlertRuleRefSerializer(read_only=True)
     broker = serializers.CharField(
         source="broker_name",
@@ -54,6 +56,8 @@ class AlertSerializer(serializers.ModelSerializer):
         model = Alert
         fields = [
             "id",
+            "url",
+            "page",
             "rule",
             "subject",
             "subject_label",
@@ -76,7 +80,7 @@ class AlertSerializer(serializers.ModelSerializer):
         read_only_fields = fields
         extra_kwargs = {
             "subject": {"help_text": 'What the alert is about: "queue:orders.dlq", "queue@staging:x", "pattern:12".'},
-            "link": {"help_text": "The console path that shows what the alert is about."},
+            "link": {"help_text": "The console path of what the alert is about (a queue's messages, a pattern)."},
             "silenced_until": {"help_text": "The alert's own silence (the rule's is `rule.silenced_until`)."},
         }
 

@@ -9,18 +9,15 @@ import base64
 import typing
 from typing import Any
 
-from django.urls import reverse as django_reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
-from rest_framework.request import Request
 
+from dlqconsole.api.base import Links
 from dlqconsole.deadletters.filters import DeadLetterFilter
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureReason
 
-# An id no row has, put in a URL pattern once and replaced by each row's.
-LINK_PLACEHOLDER = 987654321987654321
 # A list row carries this many characters of the error message at most (the whole one is in the detail).
 ERROR_EXCERPT_CHARS = 300
 
@@ -75,34 +72,9 @@ def filter_parameters() -> list[OpenApiParameter]:
     return parameters
 
 
-def _absolute(request: Request | None, path: str) -> str:
-    return request.build_absolute_uri(path) if request is not None else path
-
-
-class DeadLetterLinks(serializers.Serializer):
-    """Where one dead letter is: `url` in the API and `page` in the console. Each URL is its pattern's with the id
-    put in (reversing a URL per row would cost more than the rest of the row)."""
-
-    url = serializers.SerializerMethodField(help_text="This dead letter in the API.")
-    page = serializers.SerializerMethodField(help_text="This dead letter's page in the console.")
-
-    def link(self, name: str, pk: int) -> str:
-        """The absolute URL of `name` for the id `pk`."""
-        templates: dict[str, tuple[str, str]] = self.__dict__.setdefault("_link_templates", {})
-        if name not in templates:
-            url = _absolute(self.context.get("request"), django_reverse(name, args=[LINK_PLACEHOLDER]))
-            before, _, after = url.rpartition(str(LINK_PLACEHOLDER))
-            templates[name] = (before, after)
-        before, after = templates[name]
-        return f"{before}{pk}{after}"
-
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_url(self, letter: DeadLetter) -> str:
-        return self.link("api-dead-letter-detail", letter.pk)
-
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_page(self, letter: DeadLetter) -> str:
-        return self.link("deadletters:message", letter.pk)
+class DeadLetterLinks(Links):
+    api_route = "api-dead-letter-detail"
+    page_route = "deadletters:message"
 
 
 class LinkedDeadLetterSerializer(DeadLetterLinks):

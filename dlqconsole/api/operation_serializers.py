@@ -12,7 +12,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from dlqconsole.api.base import StrictSerializer
+from dlqconsole.api.base import Links, StrictSerializer
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import MAX_IDS, DeadLetterFilter
 from dlqconsole.operations import history, services
@@ -213,9 +213,10 @@ class OperationCanarySerializer(serializers.Serializer):  # type: ignore[type-ar
     share = serializers.CharField(help_text="What share of the plan the canary is.")
 
 
-class OperationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[type-arg]
+    api_route = "api-operations-detail"
+    page_route = "operations:detail"
     outcome = serializers.SerializerMethodField(help_text="Its state in words, as its page's chip says it.")
-    url = serializers.SerializerMethodField(help_text="Its page in the console.")
     target = serializers.SerializerMethodField()
     unreplayable = serializers.SerializerMethodField()
     breakdown = serializers.SerializerMethodField()
@@ -233,6 +234,7 @@ class OperationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         fields = [
             "id",
             "url",
+            "page",
             "kind",
             "status",
             "outcome",
@@ -261,11 +263,6 @@ class OperationSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
 
     def get_outcome(self, operation: Operation) -> str:
         return operation.outcome[0]
-
-    def get_url(self, operation: Operation) -> str:
-        request = self.context.get("request")
-        path = operation.get_absolute_url()
-        return request.build_absolute_uri(path) if request is not None else path
 
     @extend_schema_field(OperationTargetSerializer)
     def get_target(self, operation: Operation) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
-from dlqconsole.api.base import StrictSerializer
+from dlqconsole.api.base import Links, StrictSerializer
 from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.models import FailurePattern, FailureReason, PatternEvent, PatternStatus
 
@@ -20,11 +20,11 @@ from dlqconsole.deadletters.models import FailurePattern, FailureReason, Pattern
 OWNER_WORDS = ("me", "none")
 
 
-class PatternSerializer(serializers.ModelSerializer):
+class PatternSerializer(Links, serializers.ModelSerializer):
     """A failure pattern: what groups its dead letters, its triage, and how many of them wait."""
 
-    url = serializers.SerializerMethodField(help_text="This pattern in the API.")
-    page = serializers.SerializerMethodField(help_text="This pattern's page in the console.")
+    api_route = "api-pattern-detail"
+    page_route = "deadletters:pattern"
     dead_letters = serializers.SerializerMethodField(help_text="Its dead letters in the API (the list, filtered).")
     owner = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True, help_text="Who owns it (a username), or null."
@@ -67,16 +67,6 @@ class PatternSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
-
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_url(self, pattern: FailurePattern) -> str:
-        return reverse("api-pattern-detail", args=[pattern.pk], request=self.context.get("request"))
-
-    @extend_schema_field(OpenApiTypes.URI)
-    def get_page(self, pattern: FailurePattern) -> str:
-        request = self.context.get("request")
-        path = pattern.get_absolute_url()
-        return request.build_absolute_uri(path) if request is not None else path
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_dead_letters(self, pattern: FailurePattern) -> str:

@@ -617,3 +617,22 @@ def test_a_misspelt_body_field_is_refused_and_changes_nothing(api_for: ApiFor, a
     pattern.refresh_from_db()
     assert pattern.note == "" and pattern.status == PatternStatus.OPEN
     assert Alert.objects.get(pk=alert.pk).status == AlertStatus.FIRING
+
+
+def test_every_resource_names_its_links_alike(api_for: ApiFor, admin_user: User) -> None:
+    """`url` is the object in the API, `page` its page in the console, both absolute, on every resource."""
+    letter = parked(1)[0]
+    operation = plan_operation(kind="retry", filter={"ids": [letter.pk]}, actor=admin_user)
+    alert = firing_alert()
+    client = api_for(admin_user)
+    expected = {
+        "dead-letters": (letter.pk, "/messages/"),
+        "patterns": (letter.pattern_id, "/patterns/"),
+        "operations": (operation.pk, "/operations/"),
+        "alerts": (alert.pk, "/alerts/"),
+    }
+    for resource, (pk, page) in expected.items():
+        row = client.get(f"/api/v1/{resource}/", {"limit": 1}).json()["results"][0]
+        assert row["url"] == f"http://testserver/api/v1/{resource}/{pk}/", resource
+        assert row["page"] == f"http://testserver{page}{pk}/", resource
+        assert client.get(row["url"]).json()["id"] == pk
