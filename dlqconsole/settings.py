@@ -350,6 +350,9 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema offers the token alone: the docs page sends its session cookie (and CSRF header) by itself, and a
+    # cookie scheme in "Authorize" only misleads.
+    "AUTHENTICATION_WHITELIST": ["dlqconsole.api.authentication.TokenAuthentication"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Choice sets that several components share (a list row, a detail, a link) get one name each.
     "ENUM_NAME_OVERRIDES": {

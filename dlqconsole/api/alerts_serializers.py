@@ -15,6 +15,7 @@ from dlqconsole.alerts.models import OPEN_STATUSES, Alert, AlertQuerySet, AlertR
 from dlqconsole.api.base import Links, StrictSerializer
 from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.core.durations import format_duration, parse_duration
+from dlqconsole.deadletters.filters import FilterError, broker_ids
 
 # `state`: an alert's status, or a group of them as the alerts page shows them.
 STATES = {
@@ -108,6 +109,15 @@ class AlertFilterSerializer(serializers.Serializer):
     subject = serializers.CharField(
         required=False, max_length=300, help_text='A subject key, exactly: "queue:orders.dlq", "pattern:12".'
     )
+
+    def validate_broker(self, value: str) -> str:
+        """A name no broker has is refused, naming those there are (as the other lists do): an empty list would
+        read as "nothing firing there"."""
+        try:
+            broker_ids([value])
+        except FilterError as problem:
+            raise serializers.ValidationError(str(problem)) from None
+        return value
 
     def narrow(self, alerts: AlertQuerySet) -> AlertQuerySet:
         chosen = self.validated_data

@@ -9,10 +9,11 @@ audit row the services write names the token.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -36,6 +37,20 @@ from dlqconsole.operations.services import OperationError
 
 FORBIDDEN = problem("The role is missing: viewers change nothing, and a purge needs the admin role.")
 NOT_FOUND = not_found("operation")
+
+
+# The operation services speak of the page's controls ("tick the box", "type 15"); the API's fields are named instead.
+PAGE_WORDS = (
+    (re.compile(r"Tick the box to start it anyway"), 'Send "stale_confirmed": true to start it anyway'),
+    (re.compile(r"type (\d+) \(the number of messages\)"), r'send "confirm_count": \1 (the number of messages)'),
+    (re.compile(r"you typed (.*), but (.*)\. Type (\d+) to confirm\."), r"confirm_count was \1, but \2. Send \3."),
+)
+
+
+def in_api_words(message: str, *, total: int) -> str:
+    for page, api in PAGE_WORDS:
+        message = page.sub(api, message)
+    return message
 
 
 def _control(summary: str, operation_id: str, request: Any = None, description: str = "") -> Any:
@@ -89,6 +104,19 @@ class OperationViewSet(ApiViewSet):
         "before Start. Nothing runs until it is started.",
         operation_id="operations_plan",
         request=OperationPlanSerializer,
+        # The docs page's "Try it out" starts from this body, not from every filter field filled with "string".
+        examples=[
+            OpenApiExample(
+                "Retry a pattern at 50 a second",
+                value={"kind": "retry", "filter": {"pattern": [12], "queue": ["orders.dlq"]}, "rate": "50/1s"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Move one request's dead letters to another queue",
+                value={"kind": "move", "filter": {"correlation_id": ["9f1c2e"]}, "target_queue": "orders.repair"},
+                request_only=True,
+            ),
+        ],
         responses={201: OperationSerializer, 400: REFUSED, 403: FORBIDDEN},
     )
     def create(self, request: Request) -> Response:
@@ -145,9 +173,7 @@ class OperationViewSet(ApiViewSet):
                 stale_confirmed=asked.validated_data["stale_confirmed"],
             )
         except OperationError as problem:
-            if purge and count is None:
-                raise OperationError(f'{problem} Send "confirm_count": {operation.total} to start it.') from None
-            raise
+            raise OperationError(in_api_words(str(problem), total=operation.total)) from None
         return self._answer(operation)
 
     @_control(

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus
+from dlqconsole.brokers.models import Broker
 from tests.factories import rule
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +109,7 @@ def test_state_narrows_as_the_pages_sections_do(api_for: ApiFor, viewer: User, n
 
 
 def test_rule_severity_broker_and_subject_narrow(api_for: ApiFor, viewer: User, noisy: AlertRule) -> None:
+    Broker.objects.create(name="staging", url="amqp://ops@rabbit.staging.example:5672/staging")
     other = rule("dlq_growth", severity="critical")
     default_queue = make_alert(noisy, "queue:orders.dlq")
     staging_queue = make_alert(noisy, "queue@staging:orders.dlq")
@@ -263,3 +265,9 @@ def test_a_resolved_alert_cannot_be_silenced(api_for: ApiFor, operator: User, no
 
     assert response.status_code == 400
     assert response.json() == {"detail": "A resolved alert cannot be silenced.", "code": "refused"}
+
+
+def test_a_broker_no_one_has_is_refused_naming_those_there_are(api_for: Any, viewer: User) -> None:
+    response = api_for(viewer).get("/api/v1/alerts/", {"broker": "nope"})
+    assert response.status_code == 400
+    assert "no broker named 'nope' (known: default" in response.json()["detail"]

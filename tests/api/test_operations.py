@@ -153,7 +153,10 @@ def test_a_purge_needs_an_admin_and_its_count_to_start(
     for response in (missing, wrong):
         assert response.status_code == 400 and response.json()["code"] == "refused"
     assert '"confirm_count": 3' in missing.json()["detail"]
-    assert "you typed 4" in wrong.json()["detail"]
+    assert wrong.json()["detail"] == (
+        "Nothing was deleted: confirm_count was 4, but this purge deletes 3 messages. Send 3."
+    )
+    assert missing.json()["detail"].startswith('Nothing was deleted: send "confirm_count": 3 (the number of messages)')
     assert Operation.objects.get().status == OperationStatus.PLANNED
     assert DeadLetter.objects.filter(pk__in=ids).count() == 3
     refusals = AuditEntry.objects.filter(action="operation.purge.start_refused").order_by("pk")
@@ -233,6 +236,7 @@ def test_a_stale_plan_starts_only_when_confirmed(api_for: ApiFor, operator: User
 
     assert [warning["code"] for warning in shown["warnings"]] == ["stale_plan"]
     assert refused.status_code == 400 and "20 minutes ago" in refused.json()["detail"]
+    assert 'Send "stale_confirmed": true to start it anyway' in refused.json()["detail"]
     assert started.status_code == 200 and started.json()["status"] == "running"
 
 

@@ -123,7 +123,14 @@ def test_the_token_is_named_only_inside_its_request(operator: User) -> None:
 def test_a_read_only_token_reads_and_changes_nothing(admin_user: User) -> None:
     _, plaintext = create_token(user=admin_user, name="dashboard", read_only=True)
     client = api_client(plaintext)
-    assert client.get("/api/v1/").json()["role"] == "admin"
+    root = client.get("/api/v1/").json()
+    assert root["role"] == "admin"
+    assert root["token"] == {
+        "name": "dashboard",
+        "prefix": f"dlq_{plaintext[4:12]}",
+        "read_only": True,
+        "expires_at": None,
+    }
     refused = client.post("/api/v1/patterns/merge/", {"target": 1, "sources": [2]}, format="json")
     assert refused.status_code == 403
     assert refused.json()["detail"] == "This API token is read-only."
