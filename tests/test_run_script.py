@@ -140,7 +140,7 @@ def test_an_empty_console_url_in_env_is_derived_too(tmp_path: Path) -> None:
 def test_make_run_leaves_its_settings_for_later_commands_readable_by_its_user_only(tmp_path: Path) -> None:
     root = checkout(tmp_path, b"TIME_ZONE=Asia/Tokyo\nEMAIL_HOST_PASSWORD='pa$$ \"word\"'\n")
 
-    env = started_with(run(root, PORT="9000"))
+    env = started_with(run(root, PORT="9000", CELERY_TASK_DEFAULT_QUEUE="dlqconsole-second"))
 
     run_file = root / "var" / "make-run.env"
     written = dict(token.split("=", 1) for token in shlex.split(run_file.read_text(), comments=True))
@@ -151,6 +151,8 @@ def test_make_run_leaves_its_settings_for_later_commands_readable_by_its_user_on
     # Where the data is, whoever set it (the harness's shell sets DATABASE_URL): the next shell has lost it. Other
     # settings of the shell are the shell's to set again.
     assert written["DATABASE_URL"] == "sqlite:///unused.sqlite3"
+    # The queue this run's workers read, whoever set it: a `dlq retry` from a plain shell queues its task there.
+    assert written["CELERY_TASK_DEFAULT_QUEUE"] == "dlqconsole-second"
     assert "PORT" not in written
     assert stat.S_IMODE(run_file.stat().st_mode) == 0o600
 
