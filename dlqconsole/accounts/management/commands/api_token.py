@@ -22,7 +22,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("action", choices=["create", "revoke", "list"])
         parser.add_argument("username", metavar="USER")
-        parser.add_argument("name", nargs="?", default="", metavar="NAME", help="the token to revoke (revoke)")
+        parser.add_argument(
+            "name", nargs="?", default="", metavar="NAME", help="the token to revoke (revoke), or to create (create)"
+        )
         parser.add_argument("--name", dest="new_name", default="", help="the new token's name (create; default: cli)")
         parser.add_argument(
             "--expires-in", default="", metavar="AGE", help="e.g. 90d, 12h (create; default: never expires)"
