@@ -65,6 +65,10 @@ def create_token(
         raise TokenError("The expiry must be in the future.")
     if expires_at is not None and expires_at - now > MAX_LIFETIME:
         raise TokenError("A token expires within ten years, or never.")
+    # An expired token keeps its name until revoked; making a new one of that name revokes it (with its audit row),
+    # so a token that ran out can be replaced under the name the scripts know.
+    expired = ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True, expires_at__lte=now)
+    revoke_tokens(list(expired.select_related("user")), actor=actor, now=now)
     for _ in range(5):
         prefix = secrets.token_hex(4)
         plaintext = f"dlq_{prefix}_{secrets.token_urlsafe(32)}"

@@ -134,3 +134,15 @@ def test_a_read_only_token_reads_and_changes_nothing(admin_user: User) -> None:
     refused = client.post("/api/v1/patterns/merge/", {"target": 1, "sources": [2]}, format="json")
     assert refused.status_code == 403
     assert refused.json()["detail"] == "This API token is read-only."
+
+
+def test_a_new_token_may_take_the_name_of_an_expired_one(viewer: User) -> None:
+    old, _ = create_token(user=viewer, name="nightly", expires_at=timezone.now() + dt.timedelta(days=1))
+    ApiToken.objects.filter(pk=old.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    new, plaintext = create_token(user=viewer, name="nightly")
+
+    old.refresh_from_db()
+    assert old.state() == "revoked" and new.state() == "active"
+    assert api_client(plaintext).get("/api/v1/").status_code == 200
+    assert AuditEntry.objects.filter(action="accounts.token.revoke", detail__contains=old.prefix).exists()
