@@ -33,6 +33,7 @@ from dlqconsole.api.pattern_serializers import (
 from dlqconsole.api.problems import FORBIDDEN, REFUSED, not_found
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.models import DeadLetterCount, DeadLetterStatus, FailurePattern
+from dlqconsole.deadletters.pattern_filters import matching_patterns
 from dlqconsole.deadletters.rule_services import split_pattern, split_preview, validate_rule
 from dlqconsole.deadletters.services import (
     PatternError,
@@ -42,7 +43,6 @@ from dlqconsole.deadletters.services import (
     set_pattern_note,
     set_pattern_status,
 )
-from dlqconsole.deadletters.views.patterns import _pattern_queryset
 
 FILTER_PARAMETERS = frozenset(PatternFilterSerializer().fields)
 MAX_EVENTS = 50
@@ -138,7 +138,7 @@ class PatternViewSet(ApiViewSet):
         query = QueryDict(mutable=True)
         query.update({name: value for name, value in chosen.items() if name != "owner" or value in ("me", "none")})
         # The patterns page's own query: the page and the API filter alike (the API checked the values first).
-        found, _ = _pattern_queryset(query, user_id=request.user.pk)
+        found, _ = matching_patterns(query, user_id=request.user.pk)
         if owner and owner not in ("me", "none"):
             found = found.filter(owner__username=owner)
         page = self.paginate_queryset(found) or []

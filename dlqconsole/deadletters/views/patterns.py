@@ -8,9 +8,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth import get_user_model
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
-from django.http import HttpResponse, QueryDict
+from django.db.models import Q
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
@@ -22,6 +21,7 @@ from dlqconsole.core.views import HtmxHttpRequest, partial_template
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.explain import explain
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, FailureReason, PatternStatus
+from dlqconsole.deadletters.pattern_filters import PATTERN_SORTS, matching_patterns
 from dlqconsole.deadletters.rule_services import SplitPreview
 from dlqconsole.deadletters.views.listing import known_queues, query_without
 
@@ -31,13 +31,6 @@ MAX_OWNER_CHOICES = 200
 PATTERN_PAGE_SIZE = 50
 MAX_PATTERN_PAGE = 1_000_000
 
-PATTERN_SORTS = {
-    "waiting": ("-waiting", "-last_seen_at"),
-    "total": ("-total_count", "-last_seen_at"),
-    "last_seen": ("-last_seen_at",),
-    "first_seen": ("-first_seen_at",),
-    "oldest": ("first_seen_at",),
-}
 # The triage buttons of a pattern's row and page.
 PATTERN_ACTIONS = [
     (PatternStatus.ACKNOWLEDGED, "Acknowledge"),
@@ -47,53 +40,10 @@ PATTERN_ACTIONS = [
 ]
 
 
-def _pattern_queryset(query: QueryDict, *, user_id: int | None) -> tuple[QuerySet[FailurePattern], dict[str, str]]:
-    chosen = {
-        "status": query.get("status", ""),
-        "reason": query.get("reason", ""),
-        "queue": query.get("queue", ""),
-        "broker": query.get("broker", ""),
-        "q": query.get("q", "").strip(),
-        "owner": query.get("owner", ""),
-        "sort": query.get("sort", "waiting") if query.get("sort") in PATTERN_SORTS else "waiting",
-    }
-    # A broker chosen: patterns count and sort by what waits on that broker (patterns span brokers).
-    cells = DeadLetterCount.objects.all()
-    if chosen["broker"]:
-        cells = cells.filter(broker__name=chosen["broker"])
-    waiting = (
-        cells.filter(pattern=OuterRef("pk"), status__in=selectors.WAITING)
-        .values("pattern")
-        .annotate(total=Sum("count"))
-        .values("total")
-    )
-    patterns = FailurePattern.objects.active().select_related("owner").annotate(waiting=Coalesce(Subquery(waiting), 0))
-    if chosen["status"] == "active":
-        patterns = patterns.exclude(status__in=[PatternStatus.RESOLVED, PatternStatus.IGNORED])
-    elif chosen["status"] in PatternStatus.values:
-        patterns = patterns.filter(status=chosen["status"])
-    if chosen["reason"] in FailureReason.values:
-        patterns = patterns.filter(failure_reason=chosen["reason"])
-    if chosen["queue"] or chosen["broker"]:
-        in_queue = cells.filter(count__gt=0)
-        if chosen["queue"]:
-            in_queue = in_queue.filter(source_queue=chosen["queue"])
-        patterns = patterns.filter(pk__in=in_queue.values("pattern_id"))
-    if "\x00" in chosen["q"] + chosen["queue"] + chosen["broker"]:
-        patterns = patterns.none()  # stored text never holds a NUL (PostgreSQL refuses one): nothing matches
-    elif chosen["q"]:
-        patterns = patterns.filter(Q(template__icontains=chosen["q"]) | Q(error_type__icontains=chosen["q"]))
-    if chosen["owner"] == "me":
-        patterns = patterns.filter(owner_id=user_id)
-    elif chosen["owner"] == "none":
-        patterns = patterns.filter(owner__isnull=True)
-    return patterns.order_by(*PATTERN_SORTS[chosen["sort"]], "-id"), chosen
-
-
 @require_GET
 @vary_on_headers("HX-Request")
 def pattern_list(request: HtmxHttpRequest) -> HttpResponse:
-    patterns, chosen = _pattern_queryset(request.GET, user_id=request.user.pk)
+    patterns, chosen = matching_patterns(request.GET, user_id=request.user.pk)
     try:
         # Bounded so that the offset stays a number the database takes; pages that far out are simply empty.
         page = min(max(int(request.GET.get("page", "1")), 1), MAX_PATTERN_PAGE)
