@@ -133,6 +133,11 @@ class PatternDetailSerializer(PatternSerializer):
 # Requests ---------------------------------------------------------------------------------------------------------
 
 
+# The orders the pattern list pages by cursor: the first field is the cursor's position (a whole number, as the
+# cursor check wants), ties are paged by the cursor's offset and end on the id.
+PATTERN_ORDERS = {"newest": ("-id",), "waiting": ("-waiting", "-id"), "total": ("-total_count", "-id")}
+
+
 class PatternFilterSerializer(serializers.Serializer):
     """The patterns page's filters."""
 
@@ -149,6 +154,12 @@ class PatternFilterSerializer(serializers.Serializer):
     )
     q = serializers.CharField(required=False, help_text="Text in the template or the error type (any case).")
     owner = serializers.CharField(required=False, help_text='"me", "none" (nobody owns it) or a username.')
+    sort = serializers.ChoiceField(
+        choices=list(PATTERN_ORDERS),
+        required=False,
+        help_text='"newest" (the default), "waiting" (most dead letters waiting first: the ones to look at in an '
+        'incident) or "total" (most dead letters ever first). Cursors page through any of them.',
+    )
 
     def validate_broker(self, value: str) -> str:
         if not Broker.objects.filter(name=value).exists():

@@ -21,6 +21,7 @@ from rest_framework.routers import SimpleRouter
 from dlqconsole.accounts.roles import OPERATOR
 from dlqconsole.api.base import ApiViewSet
 from dlqconsole.api.pattern_serializers import (
+    PATTERN_ORDERS,
     MergeResultSerializer,
     MergeSerializer,
     PatternDetailSerializer,
@@ -139,6 +140,7 @@ class PatternViewSet(ApiViewSet):
         query.update({name: value for name, value in chosen.items() if name != "owner" or value in ("me", "none")})
         # The patterns page's own query: the page and the API filter alike (the API checked the values first).
         found, _ = matching_patterns(query, user_id=request.user.pk)
+        self.paginator.ordering = PATTERN_ORDERS[chosen.get("sort") or "newest"]
         if owner and owner not in ("me", "none"):
             found = found.filter(owner__username=owner)
         page = self.paginate_queryset(found) or []

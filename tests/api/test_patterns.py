@@ -13,7 +13,7 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers.models import Broker
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern, PatternEvent, PatternStatus
 from dlqconsole.deadletters.services import assign_pattern, set_pattern_status
-from tests.factories import EnvelopeFactory, UserFactory, many, store
+from tests.factories import EnvelopeFactory, UserFactory, many, parked, store
 
 pytestmark = pytest.mark.django_db
 
@@ -88,7 +88,7 @@ def test_the_list_filters_as_the_patterns_page_does(
         ({"broker": "nowhere"}, "broker"),
         ({"owner": "nobody-by-that-name"}, "owner"),
         ({"q": "a\x00b"}, "q"),
-        ({"sort": "waiting"}, "sort"),
+        ({"sort": "loudest"}, "sort"),
     ],
 )
 def test_a_bad_filter_is_400_naming_it(api_for: ApiFor, viewer: User, query: dict[str, str], field: str) -> None:
@@ -356,3 +356,26 @@ def test_an_owner_must_be_an_active_operator(api_for: ApiFor, operator: User, ti
 
     assert response.status_code == 400
     assert "not an active user" in response.json()["detail"]
+
+
+def test_the_list_sorts_by_what_waits_and_pages_through_ties(
+    api_for: Callable[[User], APIClient], viewer: User
+) -> None:
+    """The patterns to look at first in an incident: most waiting first, every one once across cursor pages, ties
+    included."""
+    sizes = [3, 1, 5, 1, 1, 2]
+    for name, size in zip(["Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot"], sizes, strict=True):
+        parked(size, error_type=f"{name}Error", message=f"the {name.lower()} service failed")
+    client = api_for(viewer)
+
+    seen: list[int] = []
+    url: str | None = "/api/v1/patterns/?sort=waiting&limit=2"
+    while url:
+        page = client.get(url).json()
+        seen += [row["waiting"] for row in page["results"]]
+        url = page["next"]
+
+    assert seen == sorted(sizes, reverse=True)
+    newest = client.get("/api/v1/patterns/", {"sort": "newest"}).json()["results"]
+    assert [row["id"] for row in newest] == sorted((row["id"] for row in newest), reverse=True)
+    assert client.get("/api/v1/patterns/", {"sort": "loudest"}).status_code == 400
