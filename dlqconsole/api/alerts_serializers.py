@@ -46,6 +46,9 @@ class AlertSerializer(Links, serializers.ModelSerializer):
         help_text="The broker the alert is about: its queue's, else its rule's; empty for an alert of no one broker.",
     )
     acknowledged_by = serializers.SerializerMethodField(help_text="Who acknowledged it (a user name), or null.")
+    link = serializers.SerializerMethodField(
+        help_text="What the alert is about in the console (a queue's messages, a pattern), absolute; empty if none."
+    )
     silence_ends = serializers.DateTimeField(
         read_only=True,
         allow_null=True,
@@ -81,9 +84,12 @@ class AlertSerializer(Links, serializers.ModelSerializer):
         read_only_fields = fields
         extra_kwargs = {
             "subject": {"help_text": 'What the alert is about: "queue:orders.dlq", "queue@staging:x", "pattern:12".'},
-            "link": {"help_text": "The console path of what the alert is about (a queue's messages, a pattern)."},
             "silenced_until": {"help_text": "The alert's own silence (the rule's is `rule.silenced_until`)."},
         }
+
+    def get_link(self, alert: Alert) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(alert.link) if request is not None and alert.link else alert.link
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_acknowledged_by(self, alert: Alert) -> str | None:

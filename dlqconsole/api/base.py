@@ -33,12 +33,25 @@ class NewestFirst(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = 500
 
+    def get_page_size(self, request: Request) -> int:
+        """`?limit=` as asked, up to 500; a limit that is no whole number from 1 up is refused, not read as 50."""
+        asked = request.query_params.get(self.page_size_query_param)
+        if asked is None:
+            return self.page_size
+        if not asked.isascii() or not asked.isdigit() or int(asked) < 1:
+            raise ValidationError({"limit": [f"A whole number from 1 to {self.max_page_size}, not {asked[:20]!r}."]})
+        return min(int(asked), self.max_page_size)
+
     def decode_cursor(self, request: Request) -> Cursor | None:
         """The cursor, or 404 for one the console did not make. A cursor is base64 that anyone can write: DRF checks
         its offset and direction but passes the position to the query as it is, where text that is no id (or one
         of thousands of digits) fails as a server error."""
         cursor = super().decode_cursor(request)
-        if cursor is not None and cursor.position is not None and not POSITION.fullmatch(str(cursor.position)):
+        if cursor is None:
+            return None
+        # Every cursor the console writes holds a position; one without (base64 of any text decodes to an empty
+        # query) would read as the first page.
+        if cursor.position is None or not POSITION.fullmatch(str(cursor.position)):
             raise NotFound(self.invalid_cursor_message)
         return cursor
 

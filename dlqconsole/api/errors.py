@@ -77,7 +77,9 @@ def _first_message(data: Any) -> str:
     if isinstance(data, dict):
         for name, value in data.items():
             message = _first_message(value)
-            return message if name in ("detail", "non_field_errors") else f"{name}: {message}"
+            if name in ("detail", "non_field_errors") or message.startswith(f"{name}:"):
+                return message
+            return f"{name}: {message}"
         return "Invalid input."
     if isinstance(data, list):
         return _first_message(data[0]) if data else "Invalid input."

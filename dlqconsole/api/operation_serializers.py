@@ -228,6 +228,9 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
     eta_seconds = serializers.SerializerMethodField(help_text="Time left, in seconds; null when unknown.")
     canary = serializers.SerializerMethodField()
     created_by = serializers.SerializerMethodField()
+    filter = serializers.DictField(
+        read_only=True, help_text="The dead-letter filter it was planned from, as the plan's `filter` takes it."
+    )
 
     class Meta:
         model = Operation

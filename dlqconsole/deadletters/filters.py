@@ -137,6 +137,8 @@ class DeadLetterFilter:
             self.ids = [int(value) for value in self.ids]
         except (TypeError, ValueError):
             raise FilterError("pattern and ids must be whole numbers") from None
+        if any(not 0 < value < 2**63 for value in self.pattern + self.ids):
+            raise FilterError("pattern and ids are whole numbers from 1 to 9223372036854775807")
         if max(len(self.ids), len(self.message_id), len(self.correlation_id)) > MAX_IDS:
             raise FilterError(f"at most {MAX_IDS} ids in one filter; use another filter for more")
         self.queue = [str(value) for value in self.queue]

@@ -37,6 +37,7 @@ from dlqconsole.operations import history, planning, purged, services
 from dlqconsole.operations.forms import PlanForm
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
+    ACTIVE_STATUSES,
     Operation,
     OperationKind,
     OperationStatus,
@@ -245,7 +246,8 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
         "brokers": names if len(names) > 1 else [],
         "statuses": OperationStatus.choices,
         "kinds": OperationKind.choices,
-        "unfinished": any(not operation.is_finished for operation in rows),
+        # Refresh while a worker moves one on; planned and paused ones wait for a person, not for a refresh.
+        "running": any(operation.status in ACTIVE_STATUSES for operation in rows),
     }
     return render(request, partial_template(request, "operations/list.html", "table"), context)
 

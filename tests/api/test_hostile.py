@@ -221,10 +221,25 @@ def test_a_nul_in_a_payload_search_is_searched_for(api_for: ApiFor, viewer: User
     assert [row["id"] for row in response.json()["results"]] == [letter.pk]
 
 
-@pytest.mark.parametrize("limit", ["0", "-1", "99999999999999999999999", "1e3", "\x00"])
-def test_any_limit_gives_a_page_of_at_most_500(api_for: ApiFor, viewer: User, limit: str) -> None:
+@pytest.mark.parametrize("limit", ["0", "-1", "abc", "1e3", "\x00", "٣"])
+def test_a_limit_that_is_no_whole_number_from_1_is_refused(api_for: ApiFor, viewer: User, limit: str) -> None:
     response = api_for(viewer).get("/api/v1/audit/", {"limit": limit})
-    assert response.status_code == 200 and is_json(response)
+    assert response.status_code == 400 and is_json(response)
+    assert response.json()["detail"].startswith("limit: A whole number from 1 to 500")
+
+
+def test_a_limit_past_500_gives_500(api_for: ApiFor, viewer: User) -> None:
+    for index in range(3):
+        record_audit(actor=viewer, action=f"filler.{index}")
+    response = api_for(viewer).get("/api/v1/audit/", {"limit": "99999999999999999999999"})
+    assert response.status_code == 200 and len(response.json()["results"]) == AuditEntry.objects.count() >= 3
+
+
+@pytest.mark.parametrize("text", ["garbage", "", "o=3", "r=1"])
+def test_a_cursor_without_a_position_is_a_404(api_for: ApiFor, viewer: User, text: str) -> None:
+    cursor = base64.b64encode(text.encode()).decode()
+    response = api_for(viewer).get("/api/v1/audit/", {"cursor": cursor or "=="})
+    assert response.status_code == 404 and is_json(response)
 
 
 @pytest.mark.parametrize(

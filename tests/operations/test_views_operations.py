@@ -850,3 +850,16 @@ def test_a_plan_that_holds_no_dead_letter_cannot_be_started(
     assert enqueued == []
     operation.refresh_from_db()
     assert (operation.status, operation.started_at) == (OperationStatus.PLANNED, None)
+
+
+def test_the_list_refreshes_itself_only_while_a_worker_moves_an_operation_on(operator: User) -> None:
+    letters = many(2)
+    operation = plan_operation(kind="retry", filter={"ids": [letter.pk for letter in letters]}, actor=operator)
+    client = client_for(operator)
+
+    planned_only = client.get("/operations/").content.decode()
+    Operation.objects.filter(pk=operation.pk).update(status=OperationStatus.RUNNING)
+    running = client.get("/operations/").content.decode()
+
+    assert "still running" not in planned_only and 'hx-trigger="every 2s"' not in planned_only
+    assert "still running" in running
