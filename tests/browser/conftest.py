@@ -84,6 +84,19 @@ def page(browser: Browser, live_server: Any, watched: Watched) -> Iterator[Page]
     assert [error for error in watched.console_errors if "Content Security Policy" in error] == []
 
 
+def accept_dialogs(page: Page, watched: Watched) -> list[str]:
+    """Accept confirm dialogs (the shared page dismisses them) and keep their text."""
+    messages: list[str] = []
+
+    def accept(dialog: Dialog) -> None:
+        messages.append(dialog.message)
+        dialog.accept()
+
+    page.remove_listener("dialog", watched.on_dialog)
+    page.on("dialog", accept)
+    return messages
+
+
 def log_in(page: Page, user: User) -> None:
     page.goto("/login/")
     page.fill("#id_username", user.username)

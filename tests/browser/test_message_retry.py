@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.contrib.auth.models import User
 from pika.adapters.blocking_connection import BlockingChannel
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Page, expect
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.operations.models import Operation
-from tests.browser.conftest import WORKER_WAIT_MS, Watched, log_in, screenshot
+from tests.browser.conftest import WORKER_WAIT_MS, Watched, accept_dialogs, log_in, screenshot
 from tests.support import declare_with_dlq, die_on_broker, drain, ingest_from
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -23,19 +23,6 @@ def orders(amqp_channel: BlockingChannel, queue_name: Callable[[str], str]) -> I
     queue = queue_name("orders")
     declare_with_dlq(amqp_channel, queue)
     yield queue
-
-
-def accept_dialogs(page: Page, watched: Watched) -> list[str]:
-    """Accept confirm dialogs (the shared page dismisses them) and keep their text."""
-    messages: list[str] = []
-
-    def accept(dialog: Dialog) -> None:
-        messages.append(dialog.message)
-        dialog.accept()
-
-    page.remove_listener("dialog", watched.on_dialog)
-    page.on("dialog", accept)
-    return messages
 
 
 def test_operator_retries_one_message_in_two_clicks(

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
-from playwright.sync_api import Browser, Dialog, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from dlqconsole.accounts.models import ApiToken
 from dlqconsole.accounts.tokens import create_token, revoke_tokens
-from tests.browser.conftest import DESKTOP, PHONE, SCREENSHOTS, Watched, log_in, screenshot
+from tests.browser.conftest import DESKTOP, PHONE, SCREENSHOTS, Watched, accept_dialogs, log_in, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -72,19 +72,6 @@ def layout(page: Page) -> dict[str, Any]:
             };
         }"""
     )
-
-
-def accept_dialogs(page: Page, watched: Watched) -> list[str]:
-    """Accept confirm dialogs (the shared page dismisses them) and keep their text."""
-    messages: list[str] = []
-
-    def accept(dialog: Dialog) -> None:
-        messages.append(dialog.message)
-        dialog.accept()
-
-    page.remove_listener("dialog", watched.on_dialog)
-    page.on("dialog", accept)
-    return messages
 
 
 def api_status(browser: Browser, base_url: str, token: str) -> int:
