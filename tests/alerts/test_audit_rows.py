@@ -34,7 +34,7 @@ def firing(db: None) -> list[Alert]:
 
 def audit_row(client: Client, action: str) -> str:
     html = client.get(reverse("accounts:audit"), {"action": action}).content.decode()
-    rows = re.findall(r"<tr>\s*<td class=\"small\">.*?</tr>", html, re.S)
+    rows = re.findall(r"<tr>\s*<td class=\"small[^\"]*\">.*?</tr>", html, re.S)
     assert len(rows) == 1, rows
     return re.sub(r"\s+", " ", rows[0])
 
