@@ -195,7 +195,8 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     brokers = registry.brokers(enabled=False)
     several = len(brokers) > 1
     # ?broker=NAME: one broker's queues, arrivals, patterns and alerts; a name that is none of them is ignored.
-    chosen = next((broker for broker in brokers if broker.name == request.GET.get("broker")), None)
+    asked = request.GET.get("broker", "")
+    chosen = next((broker for broker in brokers if broker.name == asked), None)
     only = [chosen.pk] if chosen is not None else None
     queues = selectors.queue_summaries(broker_ids=only)
     pressure = backpressure(broker_ids=only)
@@ -222,6 +223,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "operations": running_operations(),
         "several_brokers": several,
         "chosen_broker": chosen,
+        "unknown_broker": registry.unknown_broker_notice(asked, [broker.name for broker in brokers]),
         "refresh_url": reverse("dashboard") + (f"?{urlencode({'broker': chosen.name})}" if chosen else ""),
     }
     if several:

@@ -124,8 +124,12 @@ def test_an_unknown_broker_shows_every_broker(staging: Broker, viewer_client: Cl
 
     response = viewer_client.get("/", {"broker": "<script>"})
 
+    html = response.content.decode()
     assert response.status_code == 200 and response.context["parked"] == 5
-    assert "&lt;script&gt;" not in response.content.decode() and "<script>" not in response.context["refresh_url"]
+    # Said, escaped, and not carried into the refresh address.
+    assert "No broker named &#x27;&lt;script&gt;&#x27; (known: default, staging): every broker is shown." in html
+    assert "<script>" not in html.split("</head>", 1)[1].replace('<script src="', "")
+    assert "<script>" not in response.context["refresh_url"]
 
 
 def test_with_the_broker_default_alone_the_dashboard_is_as_before(viewer_client: Client) -> None:

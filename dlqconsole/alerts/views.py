@@ -265,9 +265,12 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
     now = timezone.now()
     since = now - dt.timedelta(hours=1)
     brokers = registry.brokers(enabled=False)
-    chosen = request.GET.get("broker", "")
+    asked = request.GET.get("broker", "")
+    known = [broker.name for broker in brokers]
+    # A name no broker has shows every broker, saying so, rather than reading as that broker's queues.
+    chosen = asked if asked in known else ""
     watched = WatchedQueue.objects.filter(enabled=True).select_related("broker").order_by("broker__name", "name")
-    if chosen in {broker.name for broker in brokers}:
+    if chosen:
         watched = watched.filter(broker__name=chosen)
     else:
         chosen = ""
@@ -310,6 +313,7 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
         "now": now,
         "several_brokers": len(brokers) > 1,
         "chosen": chosen,
+        "unknown_broker": registry.unknown_broker_notice(asked, known),
         "refresh_url": _filtered_url("alerts:queues", {"broker": chosen} if chosen else {}),
     }
     return render(request, partial_template(request, "alerts/queues.html", "queues"), context)

@@ -171,3 +171,13 @@ def connection_parameters(broker: Broker, *, heartbeat: int = 30) -> pika.URLPar
 
 def connect(broker: Broker, *, heartbeat: int = 30) -> pika.BlockingConnection:
     return pika.BlockingConnection(connection_parameters(broker, heartbeat=heartbeat))
+
+
+def unknown_broker_notice(asked: str, known: Iterable[str]) -> str:
+    """What a page that narrows to one broker (?broker=NAME) says when no broker has the name it was given: it shows
+    every broker instead, and says so rather than reading as that broker's page. Empty when the name is known or
+    none was given."""
+    names = list(known)
+    if not asked or asked in names:
+        return ""
+    return f"No broker named {asked[:64]!r} (known: {', '.join(names) or 'none'}): every broker is shown."

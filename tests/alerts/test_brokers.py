@@ -313,3 +313,19 @@ def test_the_watched_queues_page_groups_queues_by_broker(staging: Broker, client
     assert page.index(">\n              default</a>") < page.index(">111<") < page.index(">\n              staging</a>")
     assert page.index(">\n              staging</a>") < page.index(">222<")
     assert "222" in one and "111" not in one and "<html" not in one
+
+
+def test_the_watched_queues_page_says_when_no_broker_has_the_name_it_was_given(
+    staging: Broker, client: Client, viewer: User
+) -> None:
+    WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
+    WatchedQueue.objects.create(
+        broker=staging, name="payments", dead_letter_queue="payments.dlq", dead_letter_exchange="payments.dlx"
+    )
+    client.force_login(viewer)
+
+    html = client.get(reverse("alerts:queues"), {"broker": "stagin"}).content.decode()
+
+    assert "No broker named &#x27;stagin&#x27; (known: default, staging): every broker is shown." in html
+    assert "orders" in html and "payments" in html
+    assert "of broker stagin" not in html
