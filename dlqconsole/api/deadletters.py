@@ -110,16 +110,7 @@ class DeadLetterViewSet(ApiViewSet):
             row = DeadLetter.objects.filter(pk=pk).only(*LINK_COLUMNS).first() if pk else None
             return LinkedDeadLetterSerializer(row, context=context).data if row is not None else None
 
-        ancestors: list[DeadLetter] = []
-        seen = {letter.pk}
-        previous_id = letter.previous_id
-        while previous_id is not None and previous_id not in seen and len(ancestors) < MAX_ANCESTORS:
-            row = DeadLetter.objects.filter(pk=previous_id).only(*LINK_COLUMNS, "previous_id").first()
-            if row is None:
-                break
-            ancestors.append(row)
-            seen.add(row.pk)
-            previous_id = row.previous_id
+        ancestors = selectors.ancestors(letter, columns=LINK_COLUMNS, limit=MAX_ANCESTORS)
         return {
             "previous": links(ancestors[:1])[0] if ancestors else None,
             "ancestors": links(ancestors),

@@ -327,3 +327,20 @@ def _counted_cells(chosen: DeadLetterFilter) -> QuerySet[DeadLetterCount]:
 
 def _of_brokers(cells: QuerySet[DeadLetterCount], chosen: DeadLetterFilter) -> QuerySet[DeadLetterCount]:
     return cells.filter(broker_id__in=named_broker_ids(chosen.broker)) if chosen.broker else cells
+
+
+def ancestors(dead_letter: DeadLetter, *, columns: tuple[str, ...] = (), limit: int = 20) -> list[DeadLetter]:
+    """The records this one was replayed from, nearest first: a bounded walk (links only point back, and a loop is
+    cut where it closes). `columns` loads only those of each record (its link to the one before always)."""
+    chain: list[DeadLetter] = []
+    seen = {dead_letter.pk}
+    previous_id = dead_letter.previous_id
+    while previous_id is not None and previous_id not in seen and len(chain) < limit:
+        found = DeadLetter.objects.filter(pk=previous_id)
+        row = (found.only(*columns, "previous_id") if columns else found).first()
+        if row is None:
+            break
+        chain.append(row)
+        seen.add(row.pk)
+        previous_id = row.previous_id
+    return chain

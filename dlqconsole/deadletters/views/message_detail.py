@@ -19,7 +19,7 @@ from dlqconsole.accounts.roles import ADMIN, OPERATOR, has_role
 from dlqconsole.core import jsonsafe
 from dlqconsole.core.amqp import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP_AHEAD
 from dlqconsole.core.views import HtmxHttpRequest, partial_template
-from dlqconsole.deadletters import replays
+from dlqconsole.deadletters import replays, selectors
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.deadletters.payload import (
     DEATHS_SHOWN,
@@ -57,7 +57,7 @@ def message_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "deaths_shown": DEATHS_SHOWN,
         "problems": [value_text(problem) for problem in problems[:PROBLEMS_SHOWN]],
         "record_url": _record_url(dead_letter),
-        "ancestors": _ancestors(dead_letter),
+        "ancestors": selectors.ancestors(dead_letter),
         "boomerangs": list(
             dead_letter.boomerangs.order_by("id").only("id", "status", "ingested_at", "error_message")[:50]
         ),
@@ -166,18 +166,6 @@ def _timestamp_row(seconds: Any, *, value: str, kind: str, now: dt.datetime) -> 
     if not EARLIEST_TIMESTAMP <= moment <= now + LATEST_TIMESTAMP_AHEAD:
         return replace(row, note=f"not a plausible time (it would be {stamp(moment)})")
     return replace(row, moment=moment)
-
-
-def _ancestors(dead_letter: DeadLetter, *, limit: int = 20) -> list[DeadLetter]:
-    """The records this one was replayed from, nearest first (a bounded walk: links can only point back)."""
-    chain: list[DeadLetter] = []
-    current = dead_letter.previous
-    seen = {dead_letter.pk}
-    while current is not None and current.pk not in seen and len(chain) < limit:
-        chain.append(current)
-        seen.add(current.pk)
-        current = current.previous
-    return chain
 
 
 def _actions_for(request: HtmxHttpRequest, dead_letter: DeadLetter) -> list[tuple[str, str]]:
