@@ -4,7 +4,6 @@ oldest and newest parked one, and its depth and consumers at the latest sample w
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -19,9 +18,8 @@ from rest_framework.response import Response
 
 from dlqconsole.api.base import ApiView
 from dlqconsole.api.problems import REFUSED
-from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.deadletters import selectors
-from dlqconsole.deadletters.filters import FilterError, broker_ids
+from dlqconsole.deadletters.filters import DeadLetterFilter, broker_ids
 from dlqconsole.deadletters.models import DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 
@@ -129,13 +127,10 @@ class QueueListView(ApiView):
         responses={200: QueueListSerializer, 400: REFUSED},
     )
     def get(self, request: Request) -> Response:
-        names = [part.strip() for value in request.query_params.getlist("broker") for part in value.split(",")]
-        names = [name for name in names if name]
-        # A name no broker can have (a NUL would fail in PostgreSQL) is refused as the dead-letter filter refuses it.
-        bad = [name for name in names if not re.fullmatch(BROKER_NAME, name)]
-        if bad:
-            raise FilterError(f"{bad[0][:64]!r} is not a broker name")
-        only = broker_ids(names) if names else None  # FilterError (400) names the known brokers
+        # Broker names read and checked as the dead-letter filter reads them (FilterError, a 400, names the known).
+        # (`broker` is the only parameter this view takes: query_parameters.)
+        chosen = DeadLetterFilter.from_querydict(request.query_params)
+        only = broker_ids(chosen.broker) if chosen.broker else None
         brokers = selectors.broker_names()
         rows = sorted(known_queues(only=only), key=lambda row: (brokers.get(row.broker_id, ""), row.queue))
         list_url = request.build_absolute_uri(reverse("api-dead-letter-list"))
