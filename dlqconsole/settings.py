@@ -409,6 +409,11 @@ DLQ_BODY_PREVIEW_BYTES = env_int("DLQ_BODY_PREVIEW_BYTES", 64 * 1024, minimum=10
 # replayed (the message sent would not be the one that died): one flood of huge messages must not fill the database.
 DLQ_MAX_BODY_BYTES = env_int("DLQ_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
 DLQ_ARCHIVE_RETENTION_DAYS = env_int("DLQ_ARCHIVE_RETENTION_DAYS", 30, minimum=1)
+# Dead letters replayed or moved longer ago than this (from their status change) are deleted, as are the item rows
+# of operations finished longer ago (the operation keeps its summary).
+DLQ_FINISHED_RETENTION_DAYS = env_int("DLQ_FINISHED_RETENTION_DAYS", 14, minimum=1)
+# Text search reads the error type, the error message and this many bytes of the body (deadletters/search.py).
+DLQ_SEARCH_BODY_BYTES = env_int("DLQ_SEARCH_BODY_BYTES", 4096, minimum=0, maximum=64 * 1024)
 # Operations (bulk retry / move / archive / restore / purge): dead letters per chunk (at most this many are in
 # flight, so at most this many can be published twice if a worker dies), unconfirmed publishes in the window,
 # seconds without a heartbeat before the sweeper hands an operation to another worker, failed publishes in a row

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -8,6 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.brokers.models import broker_field
+from dlqconsole.deadletters.search import search_text
 
 
 class DeathReason(models.TextChoices):
@@ -56,6 +58,10 @@ class DeadLetterStatus(models.TextChoices):
     MOVED = "moved", "Moved"
     ARCHIVED = "archived", "Archived"
     FAILED = "failed", "Publish failed"  # a retry or a move the broker refused or could not route
+
+
+# Statuses of dead letters whose work is done: retention deletes them after a while (operations/retention.py).
+FINISHED_STATUSES = ["replayed", "moved", "archived"]
 
 
 class PatternStatus(models.TextChoices):
@@ -210,6 +216,9 @@ class DeadLetter(models.Model):
     # Problems met while parsing the envelope; the message is stored all the same.
     parse_errors = models.JSONField(default=list)
     fingerprint = models.CharField(max_length=64)
+    # What the text search reads (deadletters/search.py), written with the row; NULL until computed for rows stored
+    # before the column existed. A trigram index on PostgreSQL (migration 0018) serves it.
+    search_text = models.TextField(null=True, blank=True, editable=False)
     # No index of its own: the (pattern, status, -id) index below serves every lookup by pattern.
     pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="dead_letters", db_index=False)
     status = models.CharField(max_length=16, choices=DeadLetterStatus.choices, default=DeadLetterStatus.PARKED)
@@ -249,6 +258,15 @@ class DeadLetter(models.Model):
             models.Index(fields=["message_id"], name="deadletter_message_id"),
             # Lookups by correlation id (filters: every dead letter of one business transaction).
             models.Index(fields=["correlation_id"], name="deadletter_correlation_id"),
+            # Retention: finished dead letters by the time they finished; only those statuses are in this index.
+            models.Index(
+                fields=["status_changed_at"],
+                name="deadletter_finished_changed",
+                condition=models.Q(status__in=FINISHED_STATUSES),
+            ),
+            # Rows whose search text is not computed yet (stored before the column): the search reads them apart,
+            # and beat fills them in; empty once they are.
+            models.Index(fields=["id"], name="deadletter_search_pending", condition=models.Q(search_text__isnull=True)),
             # A dead letter's page lists its identical copies; only copies are in this index.
             models.Index(
                 fields=["identical_to"],
@@ -259,6 +277,11 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_queue} #{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.search_text is None:
+            self.search_text = search_text(self.error_type, self.error_message, self.body or b"")
+        super().save(*args, **kwargs)
 
     def get_absolute_url(self) -> str:
         return reverse("deadletters:message", args=[self.pk])

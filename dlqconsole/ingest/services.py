@@ -39,6 +39,7 @@ from dlqconsole.core.database import ROWS_PER_STATEMENT, binding_cursor
 from dlqconsole.deadletters.counters import count_arrivals
 from dlqconsole.deadletters.grouping import assign_patterns
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason
+from dlqconsole.deadletters.search import search_text
 from dlqconsole.ingest.envelope import ParsedDeadLetter
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 
@@ -78,6 +79,7 @@ COLUMNS = (
     "body_truncated",
     "parse_errors",
     "fingerprint",
+    "search_text",
     "pattern_id",
     "status",
     "status_changed_at",
@@ -277,6 +279,7 @@ def _row(
         letter.body_truncated,
         json.dumps(letter.parse_errors) if letter.parse_errors else "[]",
         letter.fingerprint,
+        search_text(letter.error_type, letter.error_message, letter.body),
         pattern_ids[letter.fingerprint],
         DeadLetterStatus.PARKED.value,
         now,
