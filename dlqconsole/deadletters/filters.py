@@ -20,6 +20,7 @@ from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.brokers.models import Broker
 from dlqconsole.core.durations import parse_moment
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
+from dlqconsole.deadletters.search import MIN_SEARCH_CHARS, search_term
 
 MAX_IDS = 10000
 
@@ -175,6 +176,8 @@ class DeadLetterFilter:
         unknown = [value for value in self.status if value not in statuses]
         if unknown:
             raise FilterError(f"unknown status {unknown[0]!r}; one of {', '.join(sorted(statuses))}")
+        if self.text and len(self.text) < MIN_SEARCH_CHARS:
+            raise FilterError(f"text must be at least {MIN_SEARCH_CHARS} characters: a shorter one would read every row")
         if self.priority and not re.fullmatch(r"\d{1,3}(-\d{1,3})?", self.priority):
             raise FilterError("priority must be a number or a range like 5-9")
         for name in ("since", "until"):
@@ -221,7 +224,12 @@ class DeadLetterFilter:
         if self.version:
             found = found.filter(app_version=self.version)
         if self.text:
-            found = found.filter(Q(error_message__icontains=self.text) | Q(error_type__icontains=self.text))
+            # search_text through its trigram index; rows stored before that column existed (NULL until beat fills
+            # them in, found through their own small partial index) by their error as before.
+            pending = Q(search_text__isnull=True) & (
+                Q(error_message__icontains=self.text) | Q(error_type__icontains=self.text)
+            )
+            found = found.filter(Q(search_text__contains=search_term(self.text)) | pending)
         if self.payload:
             # Bodies are bytes; search the UTF-8 form of the text. Fine for filters, slow on huge sets by nature.
             found = found.filter(BytesContains(F("body"), self.payload.encode()))
