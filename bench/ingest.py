@@ -217,6 +217,84 @@ def create_bare_table(database_url: str) -> None:
                 continue  # an index on a column ingest does not write (edited_from)
 
 
+def bare_row(queue: str, broker_id: int, properties: Any, body: bytes, now: dt.datetime) -> dict[str, Any]:
+    """The bare consumer's row: {column: value} for every column the console's ingest writes (COLUMNS)."""
+    from dlqconsole.deadletters.classify import classify
+    from dlqconsole.deadletters.fingerprint import fingerprint
+    from dlqconsole.deadletters.search import search_text
+
+    headers = properties.headers or {}
+    deaths = headers.get("x-death") or [{}]
+    newest = deaths[0]
+    error_type = headers.get("x-exception-type", "")
+    error_message = headers.get("x-exception-message", "")
+    stack_trace = headers.get("x-exception-stacktrace", "")
+    headers_json = json.dumps(headers, default=str)
+    properties_json = json.dumps(
+        {"message_id": properties.message_id, "content_type": properties.content_type}, default=str
+    )
+    key = hashlib.sha256(queue.encode() + properties_json.encode() + headers_json.encode() + body).hexdigest()
+    reason = classify(error_type=error_type, message=error_message, stack_trace=stack_trace)
+    found = fingerprint(error_type=error_type, message=error_message, stack_trace=stack_trace)
+    failed_at = newest.get("time", now)
+    return {
+        "dedupe_key": key,
+        "broker_id": broker_id,
+        "source_queue": queue,
+        "original_queue": newest.get("queue", ""),
+        "original_exchange": newest.get("exchange", ""),
+        "original_routing_keys": json.dumps(newest.get("routing-keys", [])),
+        "death_reason": newest.get("reason", "unknown"),
+        "failure_reason": reason or "UNKNOWN",
+        "transient": True,
+        "error_type": error_type,
+        "error_message": error_message,
+        "stack_trace": stack_trace,
+        "attempt_count": newest.get("count", 1),
+        "first_failed_at": failed_at,
+        "last_failed_at": failed_at,
+        "ingested_at": now,
+        "host": headers.get("x-host", ""),
+        "app_version": headers.get("x-app-version", ""),
+        "message_id": properties.message_id or "",
+        "correlation_id": properties.correlation_id or "",
+        "priority": properties.priority,
+        "content_type": properties.content_type or "",
+        "content_encoding": properties.content_encoding or "",
+        "task_name": "",
+        "task_id": "",
+        "task_retries": None,
+        "headers": headers_json,
+        "properties": properties_json,
+        "x_death": json.dumps(deaths, default=str),
+        "body": body,
+        "body_size": len(body),
+        "body_truncated": False,
+        "parse_errors": "[]",
+        "fingerprint": found.key,
+        "search_text": search_text(error_type, error_message, body),
+        "pattern_id": 0,
+        "status": "parked",
+        "status_changed_at": now,
+        "replay_count": 0,
+        "retry_exhausted": False,
+        "previous_id": None,
+        "identical_to_id": None,
+    }
+
+
+def check_bare_columns() -> None:
+    """Exit unless the bare consumer writes exactly the columns the console's ingest writes: a column added to
+    ingest (and its indexes) must cost the bare consumer too, or the ratio flatters nobody."""
+    from dlqconsole.ingest.services import COLUMNS
+
+    body, properties = message(0, random.Random(0))
+    written = bare_row("check", 1, properties, body, dt.datetime.now(dt.UTC)).keys()
+    missing, extra = sorted(set(COLUMNS) - written), sorted(written - set(COLUMNS))
+    if missing or extra:
+        sys.exit(f"the bare consumer's row differs from ingest's COLUMNS: missing {missing}, extra {extra}")
+
+
 def bare_consume(queue: str, database_url: str, idle: float) -> None:
     """The baseline consumer. Prints {"count", "last_commit", "first_delivery"} as JSON when the queue is idle."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dlqconsole.settings")
@@ -224,10 +302,9 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
 
     django.setup()
     from dlqconsole.brokers.models import default_broker_id
-    from dlqconsole.deadletters.classify import classify
-    from dlqconsole.deadletters.fingerprint import fingerprint
     from dlqconsole.ingest.services import COLUMNS
 
+    check_bare_columns()
     broker_id = default_broker_id()
     database = psycopg.connect(database_url)
     connection = pika.BlockingConnection(pika.URLParameters(os.environ["AMQP_URL"]))
@@ -244,66 +321,6 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
         buffer.append((method.delivery_tag, properties, body))
         state["last_activity"] = time.monotonic()
 
-    def row(properties: Any, body: bytes, now: dt.datetime) -> tuple[Any, ...]:
-        headers = properties.headers or {}
-        deaths = headers.get("x-death") or [{}]
-        newest = deaths[0]
-        error_type = headers.get("x-exception-type", "")
-        error_message = headers.get("x-exception-message", "")
-        stack_trace = headers.get("x-exception-stacktrace", "")
-        headers_json = json.dumps(headers, default=str)
-        properties_json = json.dumps(
-            {"message_id": properties.message_id, "content_type": properties.content_type}, default=str
-        )
-        key = hashlib.sha256(queue.encode() + properties_json.encode() + headers_json.encode() + body).hexdigest()
-        reason = classify(error_type=error_type, message=error_message, stack_trace=stack_trace)
-        found = fingerprint(error_type=error_type, message=error_message, stack_trace=stack_trace)
-        failed_at = newest.get("time", now)
-        values = {
-            "dedupe_key": key,
-            "broker_id": broker_id,
-            "source_queue": queue,
-            "original_queue": newest.get("queue", ""),
-            "original_exchange": newest.get("exchange", ""),
-            "original_routing_keys": json.dumps(newest.get("routing-keys", [])),
-            "death_reason": newest.get("reason", "unknown"),
-            "failure_reason": reason or "UNKNOWN",
-            "transient": True,
-            "error_type": error_type,
-            "error_message": error_message,
-            "stack_trace": stack_trace,
-            "attempt_count": newest.get("count", 1),
-            "first_failed_at": failed_at,
-            "last_failed_at": failed_at,
-            "ingested_at": now,
-            "host": headers.get("x-host", ""),
-            "app_version": headers.get("x-app-version", ""),
-            "message_id": properties.message_id or "",
-            "correlation_id": properties.correlation_id or "",
-            "priority": properties.priority,
-            "content_type": properties.content_type or "",
-            "content_encoding": properties.content_encoding or "",
-            "task_name": "",
-            "task_id": "",
-            "task_retries": None,
-            "headers": headers_json,
-            "properties": properties_json,
-            "x_death": json.dumps(deaths, default=str),
-            "body": body,
-            "body_size": len(body),
-            "body_truncated": False,
-            "parse_errors": "[]",
-            "fingerprint": found.key,
-            "pattern_id": 0,
-            "status": "parked",
-            "status_changed_at": now,
-            "replay_count": 0,
-            "retry_exhausted": False,
-            "previous_id": None,
-            "identical_to_id": None,
-        }
-        return tuple(values[name] for name in COLUMNS)
-
     channel.basic_consume(queue=queue, on_message_callback=on_message)
     count = 0
     last_commit = 0.0
@@ -319,7 +336,8 @@ def bare_consume(queue: str, database_url: str, idle: float) -> None:
             now = dt.datetime.now(dt.UTC)
             with database.cursor() as cursor, cursor.copy(copy_sql) as copy:
                 for _, properties, body in buffer:
-                    copy.write_row(row(properties, body, now))
+                    values = bare_row(queue, broker_id, properties, body, now)
+                    copy.write_row(tuple(values[name] for name in COLUMNS))
             database.commit()
             channel.basic_ack(delivery_tag=buffer[-1][0], multiple=True)
             count += len(buffer)
@@ -389,6 +407,7 @@ def main() -> None:
 
     # consume_dlq files the DLQs under the broker `default` (AMQP_URL): the rows and counters are read there.
     broker_id = default_broker_id()
+    check_bare_columns()
     create_bare_table(database_url)
 
     work_queue = f"bench.ingest.{uuid.uuid4().hex[:8]}"

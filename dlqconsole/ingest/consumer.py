@@ -5,20 +5,22 @@ A loop of small steps in the style of healthchecks' sendalerts, so tests can dri
 - `connect()` opens one AMQP connection; `refresh_queues()` starts a consumer (one channel each, with its own
   prefetch) on every queue we should drain and retries missing ones later;
 - `poll()` services the connection for a moment (heartbeats, deliveries into the buffer);
-- `submit()` parses the next batch and hands it to the writer, which stores it in one transaction
-  (`ingest_batch`); `collect()` acks a written batch with one `basic_ack(multiple=True)` per channel.
+- `submit()` parses the next batch and hands it to a writer, which stores it in one transaction
+  (`ingest_batch`); `collect()` acks the written batches, oldest first, with one `basic_ack(multiple=True)` per
+  channel.
 
-On PostgreSQL the writer is a thread of its own: while the database stores one batch, the loop keeps reading
-and parsing the next (the database works on the other core). There is never more than one batch in the
-writer, and batches are taken from the buffer in delivery order, so acking a batch with multiple=True never
-covers a delivery that is not committed. On other databases (SQLite) the batch is written in the loop.
+On PostgreSQL the writers are threads of their own (two, each with its database connection): while the database
+stores a batch, the loop keeps reading and parsing the next, and a second batch is written while the first one
+commits (database_side.py). Batches are taken from the buffer in delivery order and acked in that order, each only
+once it and every older one are committed, so acking a batch with multiple=True never covers a delivery that is
+not committed. On other databases (SQLite) the batch is written in the loop.
 
 Memory: the bodies held (received, not acked) are bounded by DLQ_CONSUMER_MAX_BYTES, past which the loop stops
 reading until a batch is acked, and what the broker sends ahead on each queue by a prefetch sized to the queue's
 share of that budget (byte_budget.py).
 
 Failures: when RabbitMQ goes away the buffer is dropped (those deliveries were not acked, so the broker
-redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batch is
+redelivers them) and we reconnect with backoff. When the database goes away nothing is acked; the batches are
 kept and written again once the database answers, while the AMQP connection keeps its heartbeats. A batch that
 the database refuses for its content is split to store the message at fault reduced (batch_writer.py), so one
 bad message neither blocks the queue nor gets lost. Inserts are idempotent, so anything written twice (a crash
@@ -33,7 +35,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -50,9 +52,9 @@ from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.amqp import connection_parameters
 from dlqconsole.ingest.amqp_decoding import install_tolerant_decoding
-from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor, WriteResult
+from dlqconsole.ingest.batch_writer import Delivery, InlineExecutor
 from dlqconsole.ingest.byte_budget import ByteBudget
-from dlqconsole.ingest.database_side import DatabaseSide
+from dlqconsole.ingest.database_side import WRITERS, DatabaseSide, Flight
 from dlqconsole.ingest.envelope import broker_scope
 from dlqconsole.ingest.models import WatchedQueue
 
@@ -112,6 +114,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         poll_seconds: float = 0.1,
         max_backoff: float = 30.0,
         pipeline: bool | None = None,
+        writers: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.fixed_queues = [name for name in (queues or []) if name]
@@ -148,14 +151,20 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
         self.prefetch_of: dict[str, int] = {}
         self.prefetch_shrunk_at: dict[str, float] = {}
         self.resize: set[str] = set()
-        # The batch handed to the writer (or kept after a database error until it can be written again).
-        self.batch: list[Delivery] = []
-        self.writing: Future[WriteResult] | None = None
+        # The batches handed to the writers, oldest first, until acked (or kept after a database error until they
+        # can be written again).
+        self.flights: list[Flight] = []
         self.retry_at = 0.0
         if pipeline is None:
             pipeline = db_connection.vendor == "postgresql"
-        self.writer: ThreadPoolExecutor | InlineExecutor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="consume_dlq-writer") if pipeline else InlineExecutor()
+        # One thread per writer: each keeps its own database connection.
+        self.writers: list[ThreadPoolExecutor] | list[InlineExecutor] = (
+            [
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"consume_dlq-writer-{number}")
+                for number in range(writers or WRITERS)
+            ]
+            if pipeline
+            else [InlineExecutor()]
         )
         self.batch_started_at = 0.0
         self.last_activity = self.clock()
@@ -199,9 +208,9 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
             if self.resize:
                 self.adjust_prefetch()
             self.poll()
-            if self.writing is None and self.clock() >= self.retry_at and (self.batch or self.batch_due()):
+            if self.may_submit():
                 self.submit()
-            elif self.writing is not None:
+            elif self.writing:
                 self.prepare()
         except BROKER_ERRORS as error:
             self.on_broker_error(error)
@@ -224,7 +233,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
     @property
     def pending(self) -> int:
         """Deliveries received and not acked yet."""
-        return len(self.buffer) + len(self.batch)
+        return len(self.buffer) + sum(len(flight.deliveries) for flight in self.flights)
 
     # Broker side ----------------------------------------------------------------------------------------------
 
@@ -363,7 +372,7 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
             self.read_while_full(self.connection)
             return
         now = self.clock()
-        if self.writing is not None:
+        if self.writing:
             # Back soon to ack the batch being written.
             limit = min(self.poll_seconds, 0.01)
         elif now < self.retry_at:
@@ -393,13 +402,13 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
     def abandon(self) -> None:
         """Forget every unacked delivery (the broker redelivers them). A batch being written is waited for:
         whether it commits or not, its copies come back and the dedupe key sorts them out."""
-        if self.writing is not None:
-            try:
-                self.writing.result()
-            except Exception:  # noqa: BLE001  (its deliveries are redelivered either way)
-                log.debug("the abandoned batch failed too", exc_info=True)
-        self.writing = None
-        self.batch = []
+        for flight in self.flights:
+            if flight.writing is not None:
+                try:
+                    flight.writing.result()
+                except Exception:  # noqa: BLE001  (its deliveries are redelivered either way)
+                    log.debug("an abandoned batch failed too", exc_info=True)
+        self.flights = []
         self.buffer = []
         self.held_bytes = self.buffer_bytes = 0
         self.full_since = None
@@ -464,10 +473,11 @@ class DeadLetterConsumer(ByteBudget, DatabaseSide):
             log.warning("could not write the last batch (%s); it will be redelivered", error)
             self.abandon()
         self.drop_connection()
-        if isinstance(self.writer, ThreadPoolExecutor):
-            # The writer thread's database connection is its own to close.
-            self.writer.submit(connections.close_all).result()
-        self.writer.shutdown(wait=True)
+        for writer in self.writers:
+            if isinstance(writer, ThreadPoolExecutor):
+                # A writer thread's database connection is its own to close.
+                writer.submit(connections.close_all).result()
+            writer.shutdown(wait=True)
         log.info(
             "consume_dlq stopped: %d received, %d new, %d duplicates in %d batches",
             self.stats.received,

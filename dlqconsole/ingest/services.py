@@ -8,12 +8,12 @@ keyed "<hash>:<random>" and linked to the first by identical_to. What stays ambi
 is stored because an identical message was stored, not this one (identical copies in flight together at a crash);
 it is counted as a duplicate.
 
-Concurrency: several consume_dlq processes may ingest into the same tables at once. Inserts are idempotent
-through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the process whose row was inserted
-counts it. Every lock a batch takes is taken in a fixed order (dead letters by dedupe key, then counter cells,
-then patterns by id, then their hourly arrival counts by pattern id, then arrival counts by queue, then ingest
-stats by queue), so two batches cannot deadlock on each other. The counters are written by
-dlqconsole.deadletters.counters.count_arrivals, which takes the middle of that order (counter cells to arrival
+Concurrency: several consume_dlq processes, and the two writer threads of each, may ingest into the same tables at
+once. Inserts are idempotent through DeadLetter.dedupe_key (INSERT ... ON CONFLICT DO NOTHING), so only the
+transaction whose row was inserted counts it. Every lock a batch takes is taken in a fixed order (dead letters by
+dedupe key, then counter cells, then patterns by id, then their hourly arrival counts by pattern id, then arrival
+counts by queue, then ingest stats by queue), so two batches cannot deadlock on each other. The counters are written
+by dlqconsole.deadletters.counters.count_arrivals, which takes the middle of that order (counter cells to arrival
 counts by queue).
 """
 
