@@ -260,9 +260,16 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
             "created_at",
             "started_at",
             "finished_at",
+            "items_removed_at",
         ]
         read_only_fields = fields
-        extra_kwargs = {"total": {"help_text": "Dead letters in the plan (frozen when it was made)."}}
+        extra_kwargs = {
+            "total": {"help_text": "Dead letters in the plan (frozen when it was made)."},
+            "items_removed_at": {
+                "help_text": "When retention removed its per-message rows (DLQ_FINISHED_RETENTION_DAYS after it "
+                "finished); null while they are kept. Its figures stay as its summary."
+            },
+        }
 
     def get_outcome(self, operation: Operation) -> str:
         return operation.outcome[0]

@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from dlqconsole.accounts.admin import AuditedModelAdmin
@@ -145,6 +146,10 @@ class OperationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="items")
     def items_link(self, obj: Operation) -> str:
+        if obj.items_removed_at is not None:
+            # The figures above are the record now; a link would open an empty list.
+            when = f"{timezone.localtime(obj.items_removed_at):%Y-%m-%d %H:%M %Z}"
+            return format_html("removed by retention on {}: the figures above are its summary", when)
         url = reverse("admin:operations_operationitem_changelist") + f"?operation__id__exact={obj.pk}"
         return format_html('<a href="{}">{} items</a>', url, obj.total)
 

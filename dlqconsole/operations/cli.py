@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.operations.models import FINISHED_STATUSES, Operation, OperationKind
@@ -46,7 +47,7 @@ TEXT_FILTERS = (
     ("--since", "since", "arrived at or after: ISO date/time or an age like 2h, 7d"),
     ("--until", "until", "arrived before: ISO date/time or an age"),
     ("--priority", "priority", "priority or a range like 5-9"),
-    ("--text", "text", "text in the error type or message"),
+    ("--text", "text", "text in the error type, message or body head (any case, 3 characters or more)"),
     ("--host", "host", "processing host"),
     # Not --version: Django's commands own it.
     ("--app-version", "version", "application version (exact)"),
@@ -227,6 +228,11 @@ def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = Fa
         write(f"  bindings: {operation.bindings_note}")
     if operation.last_error:
         write(f"  note: {operation.last_error}")
+    if operation.items_removed_at is not None and operation.total:
+        when = f"{timezone.localtime(operation.items_removed_at):%Y-%m-%d %H:%M %Z}"
+        write(f"  per-message rows: removed by retention on {when}; the figures below are its summary")
+        for error, n in (operation.items_summary or {}).get("errors", []):
+            write(f"    failed {n:>8,}  {error[:120]}")
 
 
 def _confirm(command: BaseCommand, operation: Operation) -> bool:

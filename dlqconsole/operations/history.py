@@ -60,16 +60,23 @@ class Figures:
 
 
 def not_attempted_counts(operations: Iterable[Operation]) -> dict[int, int]:
-    """The messages a cancel left untouched, per cancelled operation among `operations` (one query)."""
-    ids = [operation.pk for operation in operations if _may_have_untouched(operation)]
+    """The messages a cancel left untouched, per cancelled operation among `operations` (one query). An operation
+    whose items retention removed (or is removing) says it from its summary."""
+    candidates = [operation for operation in operations if _may_have_untouched(operation)]
+    counts = {
+        operation.pk: int(operation.items_summary.get("not_attempted", 0))
+        for operation in candidates
+        if operation.items_summary is not None
+    }
+    ids = [operation.pk for operation in candidates if operation.pk not in counts]
     if not ids:
-        return {}
+        return counts
     rows = (
         OperationItem.objects.filter(operation_id__in=ids, status=ItemStatus.SKIPPED, error__startswith="cancelled")
         .values("operation_id")
         .annotate(n=Count("pk"))
     )
-    return {row["operation_id"]: row["n"] for row in rows}
+    return counts | {row["operation_id"]: row["n"] for row in rows}
 
 
 def figures(operation: Operation, *, not_attempted: int | None = None) -> Figures:

@@ -193,6 +193,11 @@ class Operation(models.Model):
     # The worker running the operation writes this every few seconds; a stale one is re-queued by the sweeper.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     runner = models.CharField(max_length=64, blank=True)
+    # When retention removed its item rows (DLQ_FINISHED_RETENTION_DAYS after it finished), and what they said,
+    # written before the first goes: {"statuses": {status: n}, "not_attempted": n, "errors": [[error, n], ...]}
+    # (operations/retention.py). Its figures, filter, author and times stay on this row, the record from then on.
+    items_removed_at = models.DateTimeField(null=True, blank=True)
+    items_summary = models.JSONField(null=True, blank=True)
 
     objects = OperationQuerySet.as_manager()
 
@@ -202,6 +207,10 @@ class Operation(models.Model):
             models.Index(fields=["-created_at"], name="operation_created"),
             # The sweeper: active operations with a stale heartbeat.
             models.Index(fields=["status", "heartbeat_at"], name="operation_status_heartbeat"),
+            # Retention: finished operations that still have their item rows, oldest first.
+            models.Index(
+                fields=["finished_at"], name="operation_items_kept", condition=models.Q(items_removed_at__isnull=True)
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

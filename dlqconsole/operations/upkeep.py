@@ -1,21 +1,17 @@
-"""Upkeep run by Celery beat: hand operations whose worker went quiet to a live one, delete archives kept past
-their retention."""
+"""Upkeep run by Celery beat: hand operations whose worker went quiet to a live one; delete archives kept past
+their retention at once (beat runs the whole retention, paced: operations/retention.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+import math
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from dlqconsole.accounts.services import record_audit
-from dlqconsole.brokers.models import DEFAULT, Broker
-from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations.item_sql import delete_dead_letters
+from dlqconsole.deadletters.models import DeadLetterStatus
+from dlqconsole.operations import retention
 from dlqconsole.operations.models import Operation, OperationStatus
 from dlqconsole.operations.services import enqueue_run
 
@@ -43,41 +39,10 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
     return requeued
 
 
-def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int = 1000) -> int:
-    """Delete dead letters archived longer than DLQ_ARCHIVE_RETENTION_DAYS, a batch per transaction. Each batch
-    writes its audit row (its count and queues) in its own transaction, so a run killed midway leaves a record of
-    every deletion it committed, and a batch that rolled back leaves neither."""
-    now = now or timezone.now()
-    days = settings.DLQ_ARCHIVE_RETENTION_DAYS
-    cutoff = now - dt.timedelta(days=days)
-    deleted = 0
-    while True:
-        with transaction.atomic():
-            rows = list(
-                DeadLetter.objects.select_for_update(skip_locked=True)
-                .filter(status=DeadLetterStatus.ARCHIVED, status_changed_at__lt=cutoff)
-                .order_by("pk")
-                .values_list("pk", *COUNTED_FIELDS)[:batch_size]
-            )
-            if not rows:
-                break
-            delete_dead_letters(ids=[row[0] for row in rows])
-            counted = [CountedRow(*row[1:]) for row in rows]
-            count_status_change(counted, to_status=None)
-            found: dict[str, Any] = {"status": [DeadLetterStatus.ARCHIVED]}
-            brokers = sorted(
-                Broker.objects.filter(pk__in={row.broker_id for row in counted}).values_list("name", flat=True)
-            )
-            if brokers != [DEFAULT]:
-                found["broker"] = brokers
-            found["queue"] = sorted({row.source_queue for row in counted})
-            found["until"] = cutoff.isoformat()
-            record_audit(
-                actor=None,
-                action="archive.retention",
-                filter=found,
-                count=len(rows),
-                detail=f"deleted dead letters archived more than {days} days ago (ids {rows[0][0]} to {rows[-1][0]})",
-            )
-        deleted += len(rows)
-    return deleted
+def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int = retention.BATCH_SIZE) -> int:
+    """Delete the dead letters archived longer than DLQ_ARCHIVE_RETENTION_DAYS, a batch per transaction with its
+    audit row, without retention's pauses or time limit (operations/retention.py runs this rule and the others,
+    paced); returns how many."""
+    archived = next(rule for rule in retention.rules() if rule.statuses == (DeadLetterStatus.ARCHIVED,))
+    pacing = retention.Pacing(batch_size=batch_size, rest=0.0, seconds=math.inf)
+    return retention.delete_expired(rule=archived, now=now or timezone.now(), budget=retention.Budget(pacing))

@@ -362,7 +362,14 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "purge_export": _purge_export(operation),
         "purge_record": _purge_record(operation),
         "audit_days": settings.DLQ_AUDIT_RETENTION_DAYS,
-        "failed_items": list(operation.items.filter(status="failed").order_by("id")[:20]),
+        # Once retention removed the items, their summary keeps the commonest errors (with counts) instead.
+        "failed_items": (
+            []
+            if operation.items_summary is not None
+            else list(operation.items.filter(status="failed").order_by("id")[:20])
+        ),
+        "summary_errors": (operation.items_summary or {}).get("errors") or [],
+        "finished_retention_days": settings.DLQ_FINISHED_RETENTION_DAYS,
         # Who stopped it, so that a cancel never reads as something the system did on its own.
         "cancelled_by": (
             AuditEntry.objects.filter(action="operation.cancel", target=f"operation:{operation.pk}")

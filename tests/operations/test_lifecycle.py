@@ -243,7 +243,7 @@ def test_every_beat_entry_names_a_registered_task(settings):
         "operations.sweep_operations",
         "operations.schedule_new_dead_letters",
         "operations.start_due_retries",
-        "operations.delete_expired_archives",
+        "operations.apply_retention",
     }
     assert operations <= set(app.tasks)
 
