@@ -3,6 +3,7 @@
     .venv/bin/python bench/alerts.py                  # builds dlq_alerts_bench once (about a minute), then measures
     .venv/bin/python bench/alerts.py --rows 100000    # a smaller world while developing
     .venv/bin/python bench/alerts.py --rebuild        # throw the world away and build it again
+    .venv/bin/python bench/alerts.py --rows 10000000  # the issue's ten million
 
 The world lives in its own database (BENCH_ALERTS_DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/dlq_alerts_bench), migrated like the real one and filled with SQL
@@ -16,7 +17,8 @@ on the broker `default`, as a console watching AMQP_URL alone has them.
 Measured: `evaluate_rules` (the whole tick: reads, alert updates, growth samples, in its transaction) over
 --ticks ticks two seconds apart, after warm-up ticks that raise the alerts; and, as the baseline in the same run,
 the SQL statements one tick executed, replayed bare through the driver in a transaction. The same for one scrape
-of the /metrics collector. Reported: median and p95 of each, and the ratio. Target: a tick under 200 ms.
+of the /metrics collector. Reported: median and p95 of each, and the ratio, with the load average. Target: p95
+under 100 ms for a tick and for a scrape.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from bench.bulk import bulk_loading
     from dlqconsole.alerts.models import Alert, AlertRule, GrowthSample
     from dlqconsole.brokers.models import default_broker_id
     from dlqconsole.deadletters.models import DeadLetter, FailurePattern, PatternEvent
@@ -127,36 +130,40 @@ def build_world(rows: int, *, rebuild: bool) -> None:
     )
     first_pattern = FailurePattern.objects.order_by("id").values_list("id", flat=True)[0]
     # Dead letters: ids rise with ingest time over 30 days; the 10 new patterns only in the last 20 minutes.
-    insert_select(
-        DeadLetter,
-        {
-            "dedupe_key": "md5('bench-' || g)",
-            "source_queue": f"'q' || (g % {QUEUES}) || '.dlq'",
-            "original_queue": f"'q' || (g % {QUEUES})",
-            "original_exchange": "'shop'",
-            "original_routing_keys": "'[]'::jsonb",
-            "death_reason": "'rejected'",
-            "failure_reason": f"(ARRAY{REASONS!r})[1 + p % {len(REASONS)}]",
-            "error_type": "'Error' || (p % 7)",
-            "error_message": "'Request to service-' || p || ' failed after ' || (g % 5000) || 'ms'",
-            "ingested_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
-            "first_failed_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
-            "last_failed_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
-            "message_id": "'m-' || g",
-            "headers": "'{}'::jsonb",
-            "properties": "'{}'::jsonb",
-            "x_death": "'[]'::jsonb",
-            "body": "convert_to('{\"order\": ' || g || '}', 'UTF8')",
-            "body_size": "12",
-            "parse_errors": "'[]'::jsonb",
-            "fingerprint": "'bench-' || lpad(p::text, 4, '0')",
-            "pattern_id": f"{first_pattern} - 1 + p",
-            "status": "CASE WHEN g % 20 = 0 THEN 'replayed' WHEN g % 20 = 1 THEN 'archived' ELSE 'parked' END",
-            "status_changed_at": "now()",
-        },
-        f"(SELECT g, CASE WHEN g > {rows} - 2000 THEN 1 + g % 10 ELSE 11 + g % {PATTERNS - 10} END AS p "
-        f"FROM generate_series(1, {rows}) AS g) AS s",
-    )
+    with bulk_loading(DeadLetter._meta.db_table):
+        insert_select(
+            DeadLetter,
+            {
+                "dedupe_key": "md5('bench-' || g)",
+                "source_queue": f"'q' || (g % {QUEUES}) || '.dlq'",
+                "original_queue": f"'q' || (g % {QUEUES})",
+                "original_exchange": "'shop'",
+                "original_routing_keys": "'[]'::jsonb",
+                "death_reason": "'rejected'",
+                "failure_reason": f"(ARRAY{REASONS!r})[1 + p % {len(REASONS)}]",
+                "error_type": "'Error' || (p % 7)",
+                "error_message": "'Request to service-' || p || ' failed after ' || (g % 5000) || 'ms'",
+                "ingested_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
+                "first_failed_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
+                "last_failed_at": f"now() - interval '30 days' + interval '30 days' * g / {rows}",
+                "message_id": "'m-' || g",
+                "headers": "'{}'::jsonb",
+                "properties": "'{}'::jsonb",
+                "x_death": "'[]'::jsonb",
+                "body": "convert_to('{\"order\": ' || g || '}', 'UTF8')",
+                # As deadletters/search.py computes it: else every row would wait in the index of rows to fill in.
+                "search_text": "lower('Error' || (p % 7) || E'\\n' || 'Request to service-' || p || ' failed after ' "
+                "|| (g % 5000) || 'ms' || E'\\n' || '{\"order\": ' || g || '}')",
+                "body_size": "12",
+                "parse_errors": "'[]'::jsonb",
+                "fingerprint": "'bench-' || lpad(p::text, 4, '0')",
+                "pattern_id": f"{first_pattern} - 1 + p",
+                "status": "CASE WHEN g % 20 = 0 THEN 'replayed' WHEN g % 20 = 1 THEN 'archived' ELSE 'parked' END",
+                "status_changed_at": "now()",
+            },
+            f"(SELECT g, CASE WHEN g > {rows} - 2000 THEN 1 + g % 10 ELSE 11 + g % {PATTERNS - 10} END AS p "
+            f"FROM generate_series(1, {rows}) AS g) AS s",
+        )
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO deadletters_deadlettercount (broker_id, source_queue, pattern_id, failure_reason, status, "
@@ -412,8 +419,11 @@ def main() -> None:
             f"  {'bare SQL':<20} median {statistics.median(bare):6.1f} ms   p95 {p95(bare):6.1f} ms   "
             f"ratio {statistics.median(timings) / statistics.median(bare):.2f}x"
         )
-    verdict = "OK" if p95(tick_times) < 200 else "OVER TARGET"
-    print(f"  target: tick under 200 ms -> {verdict} (p95 {p95(tick_times):.1f} ms)")
+    for label, timings in (("tick", tick_times), ("scrape", scrape_times)):
+        verdict = "OK" if p95(timings) < 100 else "OVER TARGET"
+        print(f"  target: {label} p95 under 100 ms -> {verdict} (p95 {p95(timings):.1f} ms)")
+    # The machine may be shared: a busy one stretches every number, so say how busy it was.
+    print(f"  load average {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -3,18 +3,23 @@
     .venv/bin/python bench/pages.py                 # builds dlq_pages_bench once (a few minutes), then measures
     .venv/bin/python bench/pages.py --rows 100000   # a smaller world while developing
     .venv/bin/python bench/pages.py --rebuild       # throw the world away and build it again
+    .venv/bin/python bench/pages.py --rows 10000000 --rebuild   # ten million: builds in under an hour on 2 cores
 
 The world lives in its own database (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/dlq_pages_bench),
 migrated like the real one. Dead letters are written with one INSERT ... SELECT over generate_series: 95% spread
 over 30 days, 5% in the last day (half of them in the last hour: an incident in progress), ids rising with
 arrival time as ingest makes them; patterns skewed so a few hold most letters; statuses parked (most), replayed,
-archived, scheduled, failed. Counters (DeadLetterCount, FailurePattern totals and first/last seen, ArrivalCount and
-PatternArrivalCount for the days they keep) are filled from the rows with one GROUP BY each, so they are exact.
+archived, scheduled, failed. Each row's search_text is computed as ingest computes it (deadletters/search.py), and a
+few bodies, spread over the 30 days and one in the last day, hold RARE_TERM, which a rare-term search finds. The
+table's secondary indexes are dropped for the bulk insert and built again after it (much faster than keeping them
+up to date row by row), and its foreign-key checks are skipped (the rows name patterns and a broker that exist).
+Counters (DeadLetterCount, FailurePattern totals and first/last seen, ArrivalCount and PatternArrivalCount for the
+days they keep) are filled from the rows with one GROUP BY each, so they are exact.
 
 Each page is requested through Django's test Client in this process (middleware, session, templates: the server's
 whole work, without a socket), logged in as an admin (so every control renders). Reported: median and p95 over the
 runs, and a baseline: the same SQL statements the page ran, replayed bare through the driver, with the ratio.
-Target: p95 under 150 ms for every page.
+Target: p95 under 100 ms for every page.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ FAMILIES = [
     ("RuntimeError", "INTERNAL", "worker {p} crashed while handling job {n}"),
 ]
 STATUSES = [("parked", 85), ("replayed", 5), ("archived", 5), ("scheduled", 3), ("failed", 2)]
+# In the bodies of a handful of dead letters only (RARE_ROWS spread over the whole range of ids, and one near the
+# newest): what an engineer pastes from a log line, an order number or a trace id.
+RARE_TERM = "Quokka-7731"
+RARE_ROWS = 8
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,10 +75,12 @@ def ensure_database(url: str) -> None:
 
 
 def build_world(rows: int, *, rebuild: bool) -> None:
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
     from django.utils import timezone
 
+    from bench.bulk import bulk_loading
     from dlqconsole.brokers.models import default_broker_id
     from dlqconsole.deadletters.models import ARRIVAL_COUNT_RETENTION, DeadLetter, FailurePattern
 
@@ -152,12 +163,14 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         "'svc' || (g.p % %(queues)s), 'exchange', 'shop', 'routing-keys', "
         "jsonb_build_array('svc' || (g.p % %(queues)s) || '.work'), "
         "'time', jsonb_build_object('$ts', extract(epoch from g.at)::bigint)))",
-        "body": "convert_to(json_build_object('order', g.i, 'sku', 'SKU-' || (g.i % 977), 'lines', "
-        "json_build_array(g.i % 7, g.i % 11, g.i % 13), 'note', repeat('x', 60 + g.i % 120))::text, 'UTF8')",
-        "body_size": "0",
+        "body": "g.body",
+        "body_size": "length(g.body)",
         "body_truncated": "false",
         "parse_errors": "'[]'::jsonb",
         "fingerprint": "'bench-' || lpad(g.p::text, 4, '0')",
+        # As deadletters/search.py computes it; the bodies are valid UTF-8 and hold no NUL.
+        "search_text": "lower({type} || E'\\n' || replace(replace({message}, '{p}', g.p::text), '{n}', "
+        "(g.i % 5000)::text) || E'\\n' || convert_from(substring(g.body from 1 for %(search_bytes)s), 'UTF8'))",
         "pattern_id": "(%(pattern_ids)s)[g.p]",
         "status": f"CASE {' '.join(status_case)} ELSE 'parked' END",
         "status_changed_at": "g.at",
@@ -173,10 +186,16 @@ def build_world(rows: int, *, rebuild: bool) -> None:
         raise SystemExit(f"bench/pages.py does not know how to fill {missing}; teach it")
     spread = int(rows * 0.95)
     recent = rows - spread
+    rare = f"g.i % {max(rows // RARE_ROWS, 1)} = 777 OR g.i = {max(rows - 1000, 1)}"
     sql = f"""
         INSERT INTO deadletters_deadletter ({", ".join(columns)})
         SELECT {", ".join(values[column] for column in columns)}
         FROM (
+          SELECT g.*, convert_to(json_build_object('order', g.i, 'sku', 'SKU-' || (g.i % 977), 'lines',
+                 json_build_array(g.i % 7, g.i % 11, g.i % 13),
+                 'note', CASE WHEN {rare} THEN 'seen with {RARE_TERM} upstream' ELSE repeat('x', 60 + g.i % 120) END
+                 )::text, 'UTF8') AS body
+          FROM (
             SELECT s.i, q.p, q.p % {len(FAMILIES)} + 1 AS f,
                    CASE WHEN s.i <= {spread}
                         THEN now() - interval '30 days' + interval '29 days' * s.i / {max(spread, 1)}
@@ -190,18 +209,20 @@ def build_world(rows: int, *, rebuild: bool) -> None:
             CROSS JOIN LATERAL (
                 SELECT 1 + floor({PATTERNS} * power(((s.i::bigint * 7919) % 1000003) / 1000003.0, 2))::int AS p
             ) AS q
+          ) AS g
         ) AS g
     """
     sql = (
         sql.replace("%(queues)s", str(QUEUES))
+        .replace("%(search_bytes)s", str(settings.DLQ_SEARCH_BODY_BYTES))
         .replace("%(pattern_ids)s", "ARRAY[" + ",".join(map(str, pattern_ids)) + "]")
         .replace("{type}", "(ARRAY[" + ", ".join(_sql(t) for t, _, _ in FAMILIES) + "])[g.f]")
         .replace("{reason}", "(ARRAY[" + ", ".join(_sql(r) for _, r, _ in FAMILIES) + "])[g.f]")
         .replace("{message}", "(ARRAY[" + ", ".join(_sql(m) for _, _, m in FAMILIES) + "])[g.f]")
     )
-    with connection.cursor() as cursor:
+    with bulk_loading("deadletters_deadletter"), connection.cursor() as cursor:
         cursor.execute(sql)
-        cursor.execute("UPDATE deadletters_deadletter SET body_size = length(body)")
+    with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO deadletters_deadlettercount (broker_id, source_queue, pattern_id, failure_reason, status, "
             "count) SELECT broker_id, source_queue, pattern_id, failure_reason, status, count(*) "
@@ -269,7 +290,7 @@ def _sql(text: str) -> str:
 
 
 def measure(name: str, request: Callable[[], Any], *, runs: int) -> dict[str, Any]:
-    from django.db import connection
+    from django.db import OperationalError, connection
     from django.test.utils import CaptureQueriesContext
 
     for _ in range(3):
@@ -289,10 +310,15 @@ def measure(name: str, request: Callable[[], Any], *, runs: int) -> dict[str, An
     with connection.cursor() as cursor:
         for _ in range(runs):
             started = time.perf_counter()
-            for statement in statements:
-                cursor.execute(statement)
-                if cursor.description is not None:
-                    cursor.fetchall()
+            try:
+                for statement in statements:
+                    cursor.execute(statement)
+                    if cursor.description is not None:
+                        cursor.fetchall()
+            except OperationalError:
+                # The page's own time limit (set_config in its transaction) stopped the statement, as it stopped
+                # the page's: the bare SQL took as long.
+                cursor.execute("ROLLBACK")
             sql_timings.append((time.perf_counter() - started) * 1000)
     return {
         "page": name,
@@ -352,14 +378,26 @@ def main() -> None:
         ("messages, queue + reason", lambda: client.get(f"/messages/?queue=svc3.dlq&reason={reason}", headers=hx)),
         # A combination that never occurs: the counters say so, and no scan is made.
         ("messages, queue + no reason", lambda: client.get("/messages/?queue=svc3.dlq&reason=TIMEOUT", headers=hx)),
+        # A common term (one dead letter in eight), a rare one (in a handful of bodies), with time windows.
         ("messages, text in the error", lambda: client.get("/messages/?text=timed%20out", headers=hx)),
+        ("messages, rare text", lambda: client.get(f"/messages/?text={RARE_TERM}", headers=hx)),
+        ("messages, rare text + 1d", lambda: client.get(f"/messages/?text={RARE_TERM}&since=1d", headers=hx)),
+        ("messages, rare text + until", lambda: client.get(f"/messages/?text={RARE_TERM}&until=25d", headers=hx)),
+        ("messages, since 1h", lambda: client.get("/messages/?since=1h", headers=hx)),
+        ("messages, since 1d", lambda: client.get("/messages/?since=1d", headers=hx)),
+        # Far from the newest rows: PostgreSQL walks the primary key back from the newest row, filtering on the
+        # time, through every dead letter newer than the window (most of them). Past 5 s the page stops it and says
+        # so (the API answers 400), hence few runs and no API request of it.
+        ("messages, until 25d", lambda: client.get("/messages/?until=25d", headers=hx)),
+        ("api, rare text", lambda: client.get(f"/api/v1/dead-letters/?text={RARE_TERM}")),
         ("messages, pattern", lambda: client.get(f"/messages/?pattern={top_pattern}", headers=hx)),
         ("messages, page 500 (keyset)", lambda: client.get(f"/messages/?before={page_500}", headers=hx)),
         ("message detail", lambda: client.get(f"/messages/{detail}/")),
         ("operations", lambda: client.get("/operations/")),
     ]
     load_before = os.getloadavg()[0]
-    results = [measure(name, request, runs=options.runs) for name, request in pages]
+    slow = {"messages, until 25d"}
+    results = [measure(name, request, runs=3 if name in slow else options.runs) for name, request in pages]
     load_after = os.getloadavg()[0]
     print(f"\n{options.rows:,} dead letters, {PATTERNS} patterns, {options.runs} runs per page (ms)")
     # The machine is shared: a busy one stretches every number, so say how busy it was.
@@ -374,7 +412,7 @@ def main() -> None:
             f"{row['sql_p95']:>10.1f}{ratio:>8.1f}{row['queries']:>9}"
         )
     worst = max(row["p95"] for row in results)
-    print(f"\nworst p95 {worst:.1f} ms; target under 150 ms: {'met' if worst < 150 else 'NOT met'}")
+    print(f"\nworst p95 {worst:.1f} ms; target under 100 ms: {'met' if worst < 100 else 'NOT met'}")
 
 
 if __name__ == "__main__":

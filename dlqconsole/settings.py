@@ -251,7 +251,7 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "dlqconsole")
 DLQ_CONTROL_QUEUE = env_str("DLQ_CONTROL_QUEUE", "") or f"{CELERY_TASK_DEFAULT_QUEUE}.control"
 if DLQ_CONTROL_QUEUE == CELERY_TASK_DEFAULT_QUEUE:
     raise ImproperlyConfigured("DLQ_CONTROL_QUEUE must differ from CELERY_TASK_DEFAULT_QUEUE")
-# Deleting expired archives is bulk work (minutes after a mass archive): it stays on the default queue.
+# Retention is bulk work (minutes of deletion after a mass archive): it stays on the default queue.
 CONTROL_TASKS = (
     "alerts.evaluate_alerts",
     "alerts.send_notification",
@@ -279,16 +279,18 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
-# Operations: hand stale operations to a live worker, schedule and start automatic retries, expire archives,
-# old export files and the dashboard's old arrival counts.
+# Operations: hand stale operations to a live worker, schedule and start automatic retries, retention of finished
+# dead letters and operations, old export files and the dashboard's old arrival counts.
 CELERY_BEAT_SCHEDULE |= {
     "operations-sweep": {"task": "operations.sweep_operations", "schedule": 15.0},
     "operations-schedule-retries": {"task": "operations.schedule_new_dead_letters", "schedule": 5.0},
     "operations-due-retries": {"task": "operations.start_due_retries", "schedule": 10.0},
-    "operations-archive-retention": {
-        "task": "operations.delete_expired_archives",
-        "schedule": 3600.0,
-        "options": {"expires": 1800},
+    # Deletes archived, replayed and moved dead letters and old operations' item rows past their retention: a run
+    # of at most four minutes, paced (operations/retention.py), so it ends before the next one is due.
+    "operations-retention": {
+        "task": "operations.apply_retention",
+        "schedule": 300.0,
+        "options": {"expires": 240},
     },
     "deadletters-export-retention": {
         "task": "deadletters.delete_expired_exports",
@@ -301,6 +303,9 @@ CELERY_BEAT_SCHEDULE |= {
         "schedule": 3600.0,
         "options": {"expires": 1800},
     },
+    # Fills in the search text of dead letters stored before it existed, a bounded batch a minute (bulk work: the
+    # default queue).
+    "deadletters-search-fill": {"task": "deadletters.fill_search_text", "schedule": 60.0, "options": {"expires": 50}},
 }
 # Export files written in the background are deleted this long after they were written.
 DLQ_EXPORT_RETENTION_HOURS = env_int("DLQ_EXPORT_RETENTION_HOURS", 24, minimum=1)

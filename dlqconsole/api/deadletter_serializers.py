@@ -37,7 +37,8 @@ FILTER_HELP = {
     "ids": "Dead letter id.",
     "host": "Processing host, exactly.",
     "version": "Application version, exactly.",
-    "text": "Text in the error type or message (any case).",
+    "text": "Text in the error type, the error message or the body's first DLQ_SEARCH_BODY_BYTES (any case; 3 "
+    "characters or more).",
     "payload": "Text in the body (its UTF-8 bytes). Scans: narrow it with a queue, a pattern or a time range.",
 }
 FILTER_CHOICES: dict[str, list[str]] = {

@@ -177,7 +177,9 @@ class DeadLetterFilter:
         if unknown:
             raise FilterError(f"unknown status {unknown[0]!r}; one of {', '.join(sorted(statuses))}")
         if self.text and len(self.text) < MIN_SEARCH_CHARS:
-            raise FilterError(f"text must be at least {MIN_SEARCH_CHARS} characters: a shorter one would read every row")
+            raise FilterError(
+                f"text must be at least {MIN_SEARCH_CHARS} characters: a shorter one would read every row"
+            )
         if self.priority and not re.fullmatch(r"\d{1,3}(-\d{1,3})?", self.priority):
             raise FilterError("priority must be a number or a range like 5-9")
         for name in ("since", "until"):
@@ -225,7 +227,8 @@ class DeadLetterFilter:
             found = found.filter(app_version=self.version)
         if self.text:
             # search_text through its trigram index; rows stored before that column existed (NULL until beat fills
-            # them in, found through their own small partial index) by their error as before.
+            # them in) by their error as before. On PostgreSQL the second arm reads the small partial index of those
+            # rows, joined to the trigram index's (a BitmapOr), so it costs nothing once they are all filled in.
             pending = Q(search_text__isnull=True) & (
                 Q(error_message__icontains=self.text) | Q(error_type__icontains=self.text)
             )

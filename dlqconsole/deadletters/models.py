@@ -218,7 +218,7 @@ class DeadLetter(models.Model):
     fingerprint = models.CharField(max_length=64)
     # What the text search reads (deadletters/search.py), written with the row; NULL until computed for rows stored
     # before the column existed. A trigram index on PostgreSQL (migration 0018) serves it.
-    search_text = models.TextField(null=True, blank=True, editable=False)
+    search_text = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001  (NULL: not computed yet)
     # No index of its own: the (pattern, status, -id) index below serves every lookup by pattern.
     pattern = models.ForeignKey(FailurePattern, on_delete=models.PROTECT, related_name="dead_letters", db_index=False)
     status = models.CharField(max_length=16, choices=DeadLetterStatus.choices, default=DeadLetterStatus.PARKED)

@@ -1,10 +1,14 @@
 """The text a dead letter is found by: its error type, its error message and the first DLQ_SEARCH_BODY_BYTES of its
-body decoded as UTF-8 (bytes that are not UTF-8 become U+FFFD), lower-cased, one field per line.
+body decoded as UTF-8 (bytes that are not UTF-8 become U+FFFD), case-folded, one field per line.
 
 Stored in DeadLetter.search_text when the row is written, so that a substring search is one LIKE over one column,
 which a trigram index (pg_trgm, GIN) answers on PostgreSQL without reading the rows. The body itself stays stored
 byte for byte; this column is only ever searched, never shown. NULL means not computed yet (rows stored before the
-column existed): the search reads those rows the slow way, and beat fills them in batches."""
+column existed): the search reads those rows the slow way, and beat fills them in batches (search_fill.py).
+
+Both sides are case-folded in Python (str.casefold: "Straße" finds "STRASSE", "ÜNÏCODE" finds "ünïcode"), never by
+the database, so the column and the term always agree. What folding does not equate stays apart: a dotless "i" and
+a dotted "İ" (Turkish), a letter and the same letter with a combining accent (no Unicode normalisation)."""
 
 from __future__ import annotations
 
@@ -16,11 +20,12 @@ MIN_SEARCH_CHARS = 3
 
 def search_text(error_type: str, error_message: str, body: bytes | memoryview) -> str:
     head = bytes(body[: settings.DLQ_SEARCH_BODY_BYTES]).decode("utf-8", "replace")
-    # PostgreSQL text cannot hold a NUL.
-    return f"{error_type}\n{error_message}\n{head}".replace("\x00", "").lower()
+    # PostgreSQL text cannot hold a NUL. It becomes U+FFFD, as undecodable bytes do (a term never holds one), so
+    # that the text on either side of it does not run together into words the body never had.
+    return f"{error_type}\n{error_message}\n{head}".replace("\x00", "\ufffd").casefold()
 
 
 def search_term(text: str) -> str:
-    """The term as the column holds its text: lower-cased, so LIKE (not ILIKE, which a trigram index also serves,
+    """The term as the column holds its text: case-folded, so LIKE (not ILIKE, which a trigram index also serves,
     but Django spells icontains as UPPER(...) LIKE UPPER(...), which it cannot) finds it."""
-    return text.lower()
+    return text.casefold()

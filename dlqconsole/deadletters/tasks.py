@@ -9,6 +9,7 @@ from dlqconsole.celery import app
 from dlqconsole.core.taskargs import CheckedTask, one_of
 from dlqconsole.deadletters import exports
 from dlqconsole.deadletters.counters import prune_arrival_counts
+from dlqconsole.deadletters.search_fill import fill_search_text
 
 
 @app.task(
@@ -42,3 +43,10 @@ def prune_arrival_counts_task() -> int:
     """The hourly retention of arrival counts past every chart's window (beat's deadletters-arrival-retention).
     Returns how many rows went."""
     return prune_arrival_counts()
+
+
+@app.task(name="deadletters.fill_search_text", base=CheckedTask)
+def fill_search_text_task() -> int:
+    """Fills in search_text for a bounded number of dead letters stored before it existed (beat's
+    deadletters-search-fill, every minute). Returns how many; 0 once none is left, which costs one index probe."""
+    return fill_search_text()

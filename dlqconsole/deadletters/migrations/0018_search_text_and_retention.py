@@ -37,9 +37,7 @@ class Migration(migrations.Migration):
         ),
         add_index(
             "deadletter",
-            models.Index(
-                fields=["id"], name="deadletter_search_pending", condition=models.Q(search_text__isnull=True)
-            ),
+            models.Index(fields=["id"], name="deadletter_search_pending", condition=models.Q(search_text__isnull=True)),
         ),
         add_index(
             "deadletter",
