@@ -19,6 +19,7 @@ from django.http import QueryDict
 from dlqconsole.brokers.models import NAME_PATTERN as BROKER_NAME
 from dlqconsole.brokers.models import Broker
 from dlqconsole.core.durations import parse_moment
+from dlqconsole.deadletters import time_bounds
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
 from dlqconsole.deadletters.search import MIN_SEARCH_CHARS, search_term
 
@@ -209,9 +210,17 @@ class DeadLetterFilter:
         if self.error_type:
             found = found.filter(error_type=self.error_type)
         if self.since:
-            found = found.filter(ingested_at__gte=_moment(self.since, name="since"))
+            since = _moment(self.since, name="since")
+            found = found.filter(ingested_at__gte=since)
+            if time_bounds.kept():
+                lowest = time_bounds.lowest_id_from(since)
+                found = found.none() if lowest is None else found.filter(pk__gte=lowest)
         if self.until:
-            found = found.filter(ingested_at__lt=_moment(self.until, name="until"))
+            until = _moment(self.until, name="until")
+            found = found.filter(ingested_at__lt=until)
+            if time_bounds.kept():
+                # Without it, a window far from the newest rows reads every newer row first (time_bounds.py).
+                found = found.filter(pk__lte=time_bounds.highest_id_before(until))
         if self.priority:
             low, _, high = self.priority.partition("-")
             found = found.filter(priority__gte=int(low), priority__lte=int(high or low))

@@ -313,6 +313,22 @@ class DeadLetterCount(models.Model):
         return f"{self.source_queue} {self.status} {self.failure_reason}: {self.count}"
 
 
+class HourIds(models.Model):
+    """The lowest and the highest id of the dead letters whose ingested_at falls in each hour (UTC), so that a time
+    window becomes an id range the newest-first lists can start from (deadletters/time_bounds.py).
+
+    Kept on PostgreSQL by triggers on the dead letters' table (migration 0019), in the transaction that writes the
+    rows, whoever writes them: every dead letter's id lies within its hour's range. Deleting dead letters leaves the
+    ranges as they are (still true bounds, only wider). Not kept on other databases, which do not read it."""
+
+    hour = models.DateTimeField(primary_key=True)
+    min_id = models.BigIntegerField()
+    max_id = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 ids {self.min_id} to {self.max_id}"
+
+
 # Arrival counts are kept this long: the longest chart window (24 hours) with a margin, so a chart never reads a
 # pruned minute. Older ones are deleted by the app's hourly retention task.
 ARRIVAL_COUNT_RETENTION = dt.timedelta(days=3)
