@@ -62,7 +62,9 @@ def count_arrivals(arrivals: Sequence[tuple[int, str, int, str]], *, now: dt.dat
             cursor.execute(f"SELECT id, status FROM {table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [ids])
             statuses = dict(cursor.fetchall())
             cursor.execute(
-                f"UPDATE {table} AS pattern SET total_count = pattern.total_count + arrival.n, last_seen_at = %s "
+                # greatest(): two batches commit in either order, and "last seen" must not step back.
+                f"UPDATE {table} AS pattern SET total_count = pattern.total_count + arrival.n, "
+                "last_seen_at = greatest(pattern.last_seen_at, %s) "
                 "FROM unnest(%s::bigint[], %s::bigint[]) AS arrival(id, n) WHERE pattern.id = arrival.id",
                 [now, ids, [per_pattern[pattern_id] for pattern_id in ids]],
             )

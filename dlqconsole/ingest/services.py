@@ -14,7 +14,10 @@ transaction whose row was inserted counts it. Every lock a batch takes is taken 
 dedupe key, then counter cells, then patterns by id, then their hourly arrival counts by pattern id, then arrival
 counts by queue, then ingest stats by queue), so two batches cannot deadlock on each other. The counters are written
 by dlqconsole.deadletters.counters.count_arrivals, which takes the middle of that order (counter cells to arrival
-counts by queue).
+counts by queue). Those rows are the same for every batch of a queue, so they are taken last: after the rows are
+written and their foreign keys checked (deferred to the commit otherwise), so that a batch holds them only for the
+end of its transaction. New fingerprints are filed before the transaction, in one of their own
+(grouping.file_ahead): mining locks a cluster row until the transaction that mined it ends.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from django.utils import timezone
 from dlqconsole.brokers.models import default_broker_id
 from dlqconsole.core.database import ROWS_PER_STATEMENT, binding_cursor
 from dlqconsole.deadletters.counters import count_arrivals
-from dlqconsole.deadletters.grouping import assign_patterns
+from dlqconsole.deadletters.grouping import assign_patterns, file_ahead
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason
-from dlqconsole.deadletters.search import search_text
+from dlqconsole.deadletters.search import fallback_name, search_text
 from dlqconsole.ingest.envelope import ParsedDeadLetter
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 
@@ -115,6 +118,8 @@ def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None
         if letter.broker_id is None:
             letter.broker_id = default = default or default_broker_id()
     batch = _keyed(letters)
+    # New fingerprints are filed first, in a short transaction: mining them locks their clusters until it commits.
+    file_ahead(letters=batch, now=now)
     # PostgreSQL first tries a plain COPY, which fails as a whole when any key is stored already. Elsewhere (SQLite)
     # the stored keys are looked up first: an INSERT ... ON CONFLICT DO NOTHING alone would drop a first delivery.
     try:
@@ -214,6 +219,7 @@ def _store(
                 inserted_keys |= _write(missed, pattern_ids=pattern_ids, now=now, direct=False)
         inserted = [letter for letter in batch if letter.dedupe_key in inserted_keys]
         _link_copies_in_batch(inserted)
+        _check_foreign_keys()
         count_arrivals(
             [(*_queue_of(letter), pattern_ids[letter.fingerprint], letter.failure_reason) for letter in inserted],
             now=now,
@@ -230,6 +236,17 @@ def _write(letters: list[ParsedDeadLetter], *, pattern_ids: dict[str, int], now:
     if direct:
         return _copy_new(letters, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
     return _copy_insert(letters, pattern_ids=pattern_ids, previous_ids=previous_ids, now=now)
+
+
+def _check_foreign_keys() -> None:
+    """Check the new rows' foreign keys now (PostgreSQL defers them to the commit), before the counters lock the
+    rows that every concurrent batch writes: at the commit they would be checked while those locks are held."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        # Django creates every foreign key INITIALLY DEFERRED: back to that for the rest of the transaction.
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 def _link_copies_in_batch(inserted: list[ParsedDeadLetter]) -> None:
@@ -279,7 +296,7 @@ def _row(
         letter.body_truncated,
         json.dumps(letter.parse_errors) if letter.parse_errors else "[]",
         letter.fingerprint,
-        search_text(letter.error_type, letter.error_message, letter.body),
+        search_text(letter.error_type, letter.error_message, letter.body, fallback=fallback_name(letter)),
         pattern_ids[letter.fingerprint],
         DeadLetterStatus.PARKED.value,
         now,

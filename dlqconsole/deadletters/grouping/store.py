@@ -39,6 +39,12 @@ from dlqconsole.deadletters.services import absorb_pattern, lock_fingerprints, m
 
 CHUNK = 500
 MAX_HOPS = 8
+# Fingerprint keys this process has read, so that a batch asks the database which fingerprints exist only for the
+# others. Grouping never deletes a fingerprint row; its pattern changes (merges, regrouping) under the share lock
+# read_filing takes, which is why only the keys are kept here, not their patterns. A key whose row is missing after
+# all (read in a transaction that was rolled back) is filed again. Past MAX_KNOWN keys the set starts again empty.
+_known: set[str] = set()
+MAX_KNOWN = 200_000
 # From this many fingerprints on, a cluster is not mined again for newcomers that fit one of its templates.
 LARGE_CLUSTER = 100
 
@@ -66,6 +72,23 @@ def file_fingerprints(
     exist, such as rules'), creating what is missing. Holds a share lock on those fingerprint rows until the
     transaction ends, so a merge or split of their patterns waits for this batch to commit."""
     keys = sorted(set(candidates) | set(extra_keys))
+    file_new_fingerprints(candidates={key: value for key, value in candidates.items() if key not in _known}, now=now)
+    filing = read_filing(keys)
+    missing = {key: value for key, value in candidates.items() if key not in filing}
+    if missing:
+        # A row this process read in a transaction that was rolled back since (its own filing), or one deleted
+        # by hand: file it again.
+        _known.difference_update(missing)
+        # Filing them may regroup the others: read them all again.
+        file_new_fingerprints(candidates=missing, now=now)
+        filing = read_filing(keys)
+    return filing
+
+
+def file_new_fingerprints(*, candidates: dict[str, Candidate], now: dt.datetime) -> None:
+    """Create the fingerprints among `candidates` that are not filed yet, and the patterns they make. Cluster rows
+    stay locked until the transaction ends: a caller that has more to do in its transaction files in a short one
+    of its own first (ingest does), so that concurrent batches wait for each other's mining only."""
     known = _existing(sorted(candidates))
     new = [candidates[key] for key in sorted(candidates) if key not in known]
     if new:
@@ -81,7 +104,17 @@ def file_fingerprints(
             _file_clusters(clusters, now=now)
         if singles:
             _file_singles(singles, now=now)
-    return read_filing(keys)
+
+
+def is_known(key: str) -> bool:
+    """This process has read or filed the fingerprint `key` (a committed or uncommitted row of its own)."""
+    return key in _known
+
+
+def _remember(keys: Iterable[str]) -> None:
+    if len(_known) > MAX_KNOWN:
+        _known.clear()
+    _known.update(keys)
 
 
 def read_filing(keys: Iterable[str]) -> dict[str, int]:
@@ -95,6 +128,7 @@ def read_filing(keys: Iterable[str]) -> dict[str, int]:
             condition, params = _key_in(ordered[start : start + CHUNK])
             cursor.execute(f"SELECT key, pattern_id FROM {table} WHERE {condition} ORDER BY key{lock}", params)
             filing.update((str(key), int(pattern_id)) for key, pattern_id in cursor.fetchall())
+    _remember(filing)
     # Every merge repoints the fingerprints of the pattern it merges away, under the lock this read waits
     # for, so the patterns read here are surviving ones: no merge chain to follow.
     return filing
