@@ -21,7 +21,7 @@ from dlqconsole.brokers.models import Broker
 from dlqconsole.core.durations import parse_moment
 from dlqconsole.deadletters import time_bounds
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
-from dlqconsole.deadletters.search import MIN_SEARCH_CHARS, search_term
+from dlqconsole.deadletters.search import INDEXABLE, MIN_SEARCH_CHARS, search_term
 
 MAX_IDS = 10000
 
@@ -180,6 +180,11 @@ class DeadLetterFilter:
         if self.text and len(self.text) < MIN_SEARCH_CHARS:
             raise FilterError(
                 f"text must be at least {MIN_SEARCH_CHARS} characters: a shorter one would read every row"
+            )
+        if self.text and not INDEXABLE.search(self.text):
+            raise FilterError(
+                f"text must hold at least {MIN_SEARCH_CHARS} letters or digits in a row: the index knows no shorter "
+                "run, and the search would read every row"
             )
         if self.priority and not re.fullmatch(r"\d{1,3}(-\d{1,3})?", self.priority):
             raise FilterError("priority must be a number or a range like 5-9")

@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlqconsole.brokers.models import broker_field
-from dlqconsole.deadletters.search import search_text
+from dlqconsole.deadletters.search import fallback_name, search_text
 
 
 class DeathReason(models.TextChoices):
@@ -280,7 +280,9 @@ class DeadLetter(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.search_text is None:
-            self.search_text = search_text(self.error_type, self.error_message, self.body or b"")
+            self.search_text = search_text(
+                self.error_type, self.error_message, self.body or b"", fallback=fallback_name(self)
+            )
         super().save(*args, **kwargs)
 
     def get_absolute_url(self) -> str:

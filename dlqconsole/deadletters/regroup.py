@@ -42,7 +42,6 @@ from django.utils import timezone
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.deadletters.fingerprint import Fingerprint as Found
 from dlqconsole.deadletters.fingerprint import fingerprint
-from dlqconsole.deadletters.grouping import fallback_name
 from dlqconsole.deadletters.grouping.engine import Grouper
 from dlqconsole.deadletters.grouping.store import resolve
 from dlqconsole.deadletters.models import (
@@ -54,6 +53,7 @@ from dlqconsole.deadletters.models import (
     PatternEvent,
     PatternOrigin,
 )
+from dlqconsole.deadletters.search import fallback_name
 from dlqconsole.deadletters.services import Actor, PatternError, absorb_pattern, lock_fingerprints
 
 # Dead letters are read in chunks of this many rows (by id), each chunk one query.

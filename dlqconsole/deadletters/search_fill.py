@@ -13,7 +13,7 @@ from django.db.models import BinaryField, Case, TextField, Value, When
 from django.db.models.functions import Substr
 
 from dlqconsole.deadletters.models import DeadLetter
-from dlqconsole.deadletters.search import search_text
+from dlqconsole.deadletters.search import fallback_name, search_text
 
 # Rows written per transaction: a short lock on each, and a statement of a bounded size.
 BATCH_SIZE = 500
@@ -32,20 +32,32 @@ def fill_search_text(*, limit: int = ROWS_PER_RUN, batch_size: int = BATCH_SIZE)
             DeadLetter.objects.filter(search_text__isnull=True, pk__gt=after)
             .annotate(head=Substr("body", 1, settings.DLQ_SEARCH_BODY_BYTES, output_field=BinaryField()))
             .order_by("pk")
-            .values_list("pk", "error_type", "error_message", "head")[: min(batch_size, limit - filled)]
+            .only("pk", "error_type", "error_message", "task_name", "death_reason", "original_queue", "source_queue")[
+                : min(batch_size, limit - filled)
+            ]
         )
         if not batch:
             break
         texts = [
-            When(pk=pk, then=Value(search_text(error_type, error_message, head or b"")))
-            for pk, error_type, error_message, head in batch
+            When(
+                pk=row.pk,
+                then=Value(
+                    search_text(
+                        row.error_type,
+                        row.error_message,
+                        row.head or b"",  # type: ignore[attr-defined]
+                        fallback=fallback_name(row),
+                    )
+                ),
+            )
+            for row in batch
         ]
         # One statement per batch, kept to rows still NULL: a row saved meanwhile with its text stays as it is.
-        DeadLetter.objects.filter(pk__in=[row[0] for row in batch], search_text__isnull=True).update(
+        DeadLetter.objects.filter(pk__in=[row.pk for row in batch], search_text__isnull=True).update(
             search_text=Case(*texts, output_field=TextField())
         )
         filled += len(batch)
-        after = batch[-1][0]
+        after = batch[-1].pk
     return filled
 
 

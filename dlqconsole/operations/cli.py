@@ -68,7 +68,8 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
         for option, _, text in LIST_FILTERS:
             parser.add_argument(option, action="append", default=[], metavar="VALUE", help=f"{text} (repeatable)")
         for option, _, text in TEXT_FILTERS:
-            parser.add_argument(option, default="", help=text)
+            # None when left out, so that one given blank can be told apart (filter_from_options).
+            parser.add_argument(option, default=None, help=text)
         parser.add_argument("--limit", type=int, default=None, help="at most this many dead letters (oldest first)")
         if kind in (OperationKind.RETRY, OperationKind.MOVE):
             parser.add_argument("--rate", default="", help="N/period[:burst], e.g. 50/1s; default: no limit")
@@ -106,6 +107,21 @@ def option_dest(option: str) -> str:
 
 
 def filter_from_options(options: dict[str, Any]) -> DeadLetterFilter:
+    """The filter the options give. An option given blank (`--text "$TERM"` with TERM empty) is refused: left out, a
+    filter selects by nothing, so a blank one would widen a purge to every dead letter."""
+    blank = [
+        option
+        for option, _, _ in LIST_FILTERS
+        if any(not str(value).strip() for value in options.get(option_dest(option)) or [])
+    ] + [
+        option
+        for option, _, _ in TEXT_FILTERS
+        if options.get(option_dest(option)) is not None and not str(options[option_dest(option)]).strip()
+    ]
+    if blank:
+        raise CommandError(
+            f"{blank[0]} is blank: give it a value, or leave it out (a blank filter selects nothing by it)"
+        )
     data: dict[str, Any] = {}
     for option, name, _ in LIST_FILTERS:
         values = options.get(option_dest(option)) or []

@@ -207,7 +207,8 @@ def _delete(rule: Rule, rows: list[Any], *, cutoff: dt.datetime) -> None:
     if brokers != [DEFAULT]:
         found["broker"] = brokers
     found["queue"] = sorted({row.source_queue for row in counted})
-    found["until"] = cutoff.isoformat()
+    # Not "until", which filters mean by arrival: this cutoff is on the time their status changed.
+    found["status_changed_before"] = cutoff.isoformat()
     record_audit(
         actor=None,
         action=rule.action,

@@ -16,7 +16,7 @@ from dlqconsole.deadletters.search_fill import fill_search_text, pending_count
 from dlqconsole.deadletters.tasks import fill_search_text_task
 from tests.api.conftest import api_client, token_for
 from tests.conftest import client_for
-from tests.factories import EnvelopeFactory, store
+from tests.factories import EnvelopeFactory, ParsedDeadLetterFactory, store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -86,11 +86,11 @@ def test_like_wildcards_in_the_term_match_only_themselves():
     letter(error="disk 1000 full, unknown field userXid")
 
     assert found("100% full") == {percent.pk}
-    assert found("00%") == {percent.pk}
+    assert found("100%") == {percent.pk}
     assert found("user_id") == {underscore.pk}
-    assert found("r_i") == {underscore.pk}
-    assert found("%%%") == set()
-    assert found("___") == set()
+    assert found("ser_i") == {underscore.pk}
+    assert found("100%%") == set()
+    assert found("user__") == set()
 
 
 def test_letters_beyond_ascii_match_in_any_case():
@@ -198,3 +198,47 @@ def call_and_read(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
+
+
+def test_a_failure_with_no_error_text_is_found_by_the_name_the_list_shows_for_it():
+    """A broker-side death (maxlen, expired) or a Celery reject carries no error: the list shows the name grouping
+    gives it, and the search finds that name, whether stored by ingest or filled in later."""
+    (maxlen,) = store(
+        ParsedDeadLetterFactory.build(
+            error_type="",
+            error_message="",
+            death_reason="maxlen",
+            source_queue="inventory.dlq",
+            original_queue="inventory",
+        )
+    )
+    (task,) = store(
+        ParsedDeadLetterFactory.build(
+            error_type="", error_message="", death_reason="rejected", task_name="shop.generate_invoice"
+        )
+    )
+    assert maxlen.pattern.template == "maxlen from inventory"
+    assert found("maxlen from invent") == {maxlen.pk}
+    assert found("generate_invoice") == found("Celery task shop.generate") == {task.pk}
+    forget_search_text(maxlen, task)
+    fill_search_text()
+    assert found("maxlen from invent") == {maxlen.pk}
+    assert found("generate_invoice") == {task.pk}
+
+
+def test_a_term_without_three_letters_or_digits_in_a_row_is_refused():
+    """Trigrams come from runs of letters and digits: `---` or `a.b` would read every row."""
+    for term in ("---", "a.b", '":"', "ab-cd", "___"):
+        with pytest.raises(FilterError, match="3 letters or digits in a row"):
+            DeadLetterFilter.from_dict({"text": term})
+    for term in ("404", "x-ray", "50%_off", "日本語"):
+        assert DeadLetterFilter.from_dict({"text": term}).text == term
+
+
+def test_the_dlq_command_refuses_a_filter_given_blank():
+    """`--text "$TERM"` with TERM empty must not widen a purge to every dead letter."""
+    letter()
+    for options in (["--text", "   "], ["--text="], ["--queue", ""], ["--since", " "]):
+        with pytest.raises(CommandError, match="is blank"):
+            call_command("dlq", "purge", *options, "--dry-run")
+    assert DeadLetter.objects.count() == 1

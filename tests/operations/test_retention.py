@@ -123,7 +123,7 @@ def test_each_batch_writes_one_audit_row_with_its_statuses_count_queues_ids_and_
         ["payments.dlq"],
     ]
     assert [row.filter["status"] for row in finished] == [["replayed"], ["moved", "replayed"], ["moved"]]
-    assert {row.filter["until"] for row in finished} == {(NOW - dt.timedelta(days=14)).isoformat()}
+    assert {row.filter["status_changed_before"] for row in finished} == {(NOW - dt.timedelta(days=14)).isoformat()}
     assert finished[0].detail.startswith(
         f"deleted dead letters replayed or moved more than 14 days ago (ids {orders[0]}"
     )

@@ -1,13 +1,15 @@
-"""Assign each incoming dead letter to a FailurePattern: the one entry point ingest calls.
+"""Assign each incoming dead letter to a FailurePattern: ingest calls file_ahead before a batch's transaction and
+assign_patterns in it.
 
 In order: custom fingerprint rules that apply everywhere (the first that matches decides); otherwise the
 fingerprint (stack trace signature, or masked message mined together with its cluster, see `store`); then
 split rules scoped to the pattern that came out. Merge decisions live in the database, so every consumer
 process files a fingerprint under the same pattern.
 
-Cost per batch, whatever its size: one query for the rules, one to learn which fingerprints are new, one to read
-(and share-lock) where they are filed, one to check for merges; plus, only for new fingerprints, the work of
-filing them. Compiled rules and masked tokens are cached per process.
+Cost per batch, whatever its size: one query to read (and share-lock) where its fingerprints are filed; plus,
+only for fingerprints this process has not met, one to learn which are new and the work of filing them (which
+ingest does ahead, in a transaction of its own: `file_ahead`). Compiled rules (read once a second), masked
+tokens and the fingerprint keys met are cached per process.
 """
 
 from __future__ import annotations
@@ -16,10 +18,20 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from django.db import transaction
+
 from dlqconsole.deadletters.fingerprint import fingerprint
 from dlqconsole.deadletters.grouping.rules import CompiledRule, first_match, forget_rules, load_rules
-from dlqconsole.deadletters.grouping.store import Candidate, file_fingerprints, read_filing, resolve
+from dlqconsole.deadletters.grouping.store import (
+    Candidate,
+    file_fingerprints,
+    file_new_fingerprints,
+    is_known,
+    read_filing,
+    resolve,
+)
 from dlqconsole.deadletters.models import Fingerprint, FingerprintRule
+from dlqconsole.deadletters.search import fallback_name
 
 
 class Letter(Protocol):
@@ -39,12 +51,6 @@ class Letter(Protocol):
     fingerprint: str
 
 
-def fallback_name(letter: Letter) -> str:
-    if letter.task_name:
-        return f"Celery task {letter.task_name} failed ({letter.death_reason})"
-    return f"{letter.death_reason} from {letter.original_queue or letter.source_queue}"
-
-
 def assign_patterns(*, letters: Sequence[Letter], now: dt.datetime) -> dict[str, int]:
     """Set each letter's fingerprint and return {fingerprint: pattern id} for all of them.
 
@@ -60,8 +66,35 @@ def assign_patterns(*, letters: Sequence[Letter], now: dt.datetime) -> dict[str,
     return filing
 
 
+def file_ahead(*, letters: Sequence[Letter], now: dt.datetime) -> None:
+    """File the fingerprints of `letters` that this process has not met yet, in a transaction of its own that
+    commits before the caller stores the letters; assign_patterns, in the caller's transaction, then only reads
+    where they are filed. Mining a new fingerprint locks its cluster row until the transaction ends: filed here,
+    concurrent batches wait for each other's mining, not for each other's whole transaction.
+
+    Call it outside any transaction. What it files is what assign_patterns would file (a pure function of the
+    fingerprints filed, see `store`), so it changes no pattern; a batch that fails afterwards leaves its new
+    fingerprints filed, and its patterns without dead letters until it is written again."""
+    candidates, _ = _fingerprints(letters, [rule for rule in load_rules() if rule.scope_id is None])
+    new = {key: candidate for key, candidate in candidates.items() if not is_known(key)}
+    if new:
+        with transaction.atomic():
+            file_new_fingerprints(candidates=new, now=now)
+
+
 def _assign(letters: Sequence[Letter], rules: list[CompiledRule], *, now: dt.datetime) -> dict[str, int]:
-    everywhere = [rule for rule in rules if rule.scope_id is None]
+    candidates, rule_keys = _fingerprints(letters, [rule for rule in rules if rule.scope_id is None])
+    _ensure_rules(rules, rule_keys, now=now)
+    filing = file_fingerprints(candidates=candidates, extra_keys=rule_keys, now=now)
+    splits = [rule for rule in rules if rule.scope_id is not None]
+    if splits:
+        filing.update(_apply_splits(letters, splits, filing, now=now))
+    return filing
+
+
+def _fingerprints(letters: Sequence[Letter], everywhere: list[CompiledRule]) -> tuple[dict[str, Candidate], set[str]]:
+    """Set each letter's fingerprint (the first matching rule's key, else its own); returns the fingerprints met
+    that rules did not decide, and the keys of the rules that did."""
     candidates: dict[str, Candidate] = {}
     rule_keys: set[str] = set()
     for letter in letters:
@@ -82,12 +115,7 @@ def _assign(letters: Sequence[Letter], rules: list[CompiledRule], *, now: dt.dat
         letter.fingerprint = found.key
         if found.key not in candidates:
             candidates[found.key] = Candidate(found=found, reason=letter.failure_reason, transient=letter.transient)
-    _ensure_rules(rules, rule_keys, now=now)
-    filing = file_fingerprints(candidates=candidates, extra_keys=rule_keys, now=now)
-    splits = [rule for rule in rules if rule.scope_id is not None]
-    if splits:
-        filing.update(_apply_splits(letters, splits, filing, now=now))
-    return filing
+    return candidates, rule_keys
 
 
 def _apply_splits(
