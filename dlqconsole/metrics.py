@@ -24,6 +24,7 @@ from django.utils import timezone
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from dlqconsole.alerts.facts import oldest_parked_by_queue
 from dlqconsole.alerts.models import (
     OPEN_STATUSES,
     Alert,
@@ -243,19 +244,13 @@ def _dead_letters(families: Families, *, label: QueueLabels, now: dt.datetime) -
             parked_queues.add((broker_id or 0, queue))
     for (broker, queue, reason, status, pattern_status), total in sorted(cells.items()):
         families.add("dlq_dead_letters", total, broker, queue, reason, status, pattern_status)
-    # Both walk the (status, ingested_at) or (queue, status, id) index from its oldest end: one row each.
+    # Both walk the (status, ingested_at) or (queue, status, id) index from its oldest end: one row each (the
+    # queues' lookups in one statement).
     oldest = DeadLetter.objects.parked().order_by("ingested_at").values_list("ingested_at", flat=True).first()
     families.add("dlq_oldest_parked_dead_letter_age_seconds", _age(oldest, now))
+    firsts = oldest_parked_by_queue(parked_queues, leave_out_ignored=False)
     for broker_id, queue in sorted(parked_queues, key=lambda key: (key[1], key[0])):
-        first = (
-            DeadLetter.objects.parked()
-            .in_queue(queue)
-            .filter(broker_id=broker_id)
-            .order_by("id")
-            .values_list("ingested_at", flat=True)
-            .first()
-        )
-        if first is not None:
+        if (first := firsts.get((broker_id, queue))) is not None:
             families.add("dlq_oldest_parked_age_seconds", _age(first, now), *label(broker_id, queue))
 
 

@@ -1,8 +1,9 @@
 """What each rule kind looks at, and which subjects it holds for right now.
 
 One evaluation tick builds one Facts object (facts.py), which reads each thing at most once and only when a rule
-asks. A rule scoped to a broker looks at that broker's queues only; one covering every broker raises one alert per
-(broker, queue), so `orders.dlq` on two brokers is two subjects (subjects.py).
+asks, or when prefetch reads ahead, in one statement for all the rules, what several of them look at. A rule
+scoped to a broker looks at that broker's queues only; one covering every broker raises one alert per (broker,
+queue), so `orders.dlq` on two brokers is two subjects (subjects.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 from django.utils.http import urlencode
 
-from dlqconsole.alerts.facts import Facts, PatternFacts, QueueKey, queue_key
+from dlqconsole.alerts.facts import Baseline, Facts, PatternFacts, QueueKey, queue_key
 from dlqconsole.alerts.models import AlertRule, RuleKind, Severity
 from dlqconsole.alerts.subjects import pattern_growth_key, pattern_subject, subject_pattern_id
 from dlqconsole.core.bidi import isolate
@@ -24,7 +25,7 @@ from dlqconsole.deadletters.models import PatternStatus
 from dlqconsole.ingest.models import WatchedQueue
 
 # Facts and PatternFacts are read from here too (the benchmarks, the tests).
-__all__ = ["EVALUATORS", "Facts", "Observation", "PatternFacts", "RuleResult", "evaluate"]
+__all__ = ["EVALUATORS", "Facts", "Observation", "PatternFacts", "RuleResult", "evaluate", "prefetch"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,14 @@ def _plural(count: float, word: str) -> str:
 
 def _queue_link(key: QueueKey, facts: Facts) -> str:
     """The queue's dead letters on the messages page, narrowed to its broker where there are several."""
-    query = {"queue": key[1]}
-    if facts.several_brokers:
-        query["broker"] = facts.broker_name(key[0])
+    return _messages_link(key[1], facts.broker_name(key[0]) if facts.several_brokers else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _messages_link(queue: str, broker: str | None) -> str:
+    query = {"queue": queue}
+    if broker is not None:
+        query["broker"] = broker
     return safe_reverse("deadletters:messages", query=urlencode(query))
 
 
@@ -130,16 +136,19 @@ def dlq_not_empty(rule: AlertRule, facts: Facts) -> RuleResult:
     return result
 
 
-def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
-    threshold = rule.effective_threshold or 0
-    window = max(1, rule.window_seconds)
-    # A pattern's total_count only grows. A queue's total is what it holds in the database (ignored patterns
-    # left out) plus what still waits in the broker's DLQ: ingest moves dead letters from one to the other
-    # without changing the sum, arrivals raise it, and only a purge lowers it (growth then reads low for one
-    # window, never high). A pattern on one broker totals what the counters hold of it there, the same way.
-    # {alert subject: (growth key, label, total, basis, link)}: the growth key is the subject, except for a pattern
-    # on one broker, whose total is not the pattern's and is recorded apart from it.
-    totals: dict[str, tuple[str, str, int, str, str]] = {}
+# {alert subject: (growth key, label, total, basis, link)}: the growth key is the subject, except for a pattern on
+# one broker, whose total is not the pattern's and is recorded apart from it.
+GrowthTotals = dict[str, tuple[str, str, int, str, str]]
+
+
+def _growth_totals(rule: AlertRule, facts: Facts) -> GrowthTotals:
+    """The running total of each subject a growth rule watches.
+
+    A pattern's total_count only grows. A queue's total is what it holds in the database (ignored patterns left
+    out) plus what still waits in the broker's DLQ: ingest moves dead letters from one to the other without
+    changing the sum, arrivals raise it, and only a purge lowers it (growth then reads low for one window, never
+    high). A pattern on one broker totals what the counters hold of it there, the same way."""
+    totals: GrowthTotals = {}
     if rule.pattern_id is not None:
         pattern = facts.patterns([rule.pattern_id]).get(rule.pattern_id)
         if pattern is not None and pattern.status != PatternStatus.IGNORED:
@@ -157,14 +166,23 @@ def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
                 subject = facts.subject(key)
                 total = facts.stored_by_queue.get(key, 0) + facts.broker_depth(key)
                 totals[subject] = (subject, facts.label(key), total, facts.ignored_basis, _queue_link(key, facts))
+    return totals
+
+
+def _growth_baselines(rule: AlertRule, totals: GrowthTotals) -> list[Baseline]:
+    window = max(1, rule.window_seconds)
+    return [(growth_key, window, basis) for growth_key, _label, _total, basis, _link in totals.values()]
+
+
+def dlq_growth(rule: AlertRule, facts: Facts) -> RuleResult:
+    threshold = rule.effective_threshold or 0
+    window = max(1, rule.window_seconds)
+    totals = _growth_totals(rule, facts)
+    facts.read_totals_before(_growth_baselines(rule, totals))
     result = RuleResult()
-    before_of: dict[str, int | None] = {}
-    for basis in {values[3] for values in totals.values()}:
-        same = [values[0] for values in totals.values() if values[3] == basis]
-        before_of.update(facts.totals_before(same, window, basis=basis))
     for subject, (growth_key, label, total, basis, link) in totals.items():
         facts.record_total(growth_key, total, basis=basis)
-        before = before_of[growth_key]
+        before = facts.total_before(growth_key, window, basis=basis)
         if before is None:
             result.unknown.add(subject)
             continue
@@ -217,11 +235,22 @@ def _open_pattern_ids(rule: AlertRule, facts: Facts) -> set[int]:
     return {pk for subject in facts.open_subjects.get(rule.pk, ()) if (pk := subject_pattern_id(subject))}
 
 
+def _since(rule: AlertRule, facts: Facts) -> dt.datetime:
+    return facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
+
+
+def _new_pattern_candidates(rule: AlertRule, facts: Facts) -> set[int]:
+    return facts.new_pattern_ids(_since(rule, facts)) | _open_pattern_ids(rule, facts)
+
+
+def _reopened_pattern_candidates(rule: AlertRule, facts: Facts) -> set[int]:
+    return facts.reopened_pattern_ids(_since(rule, facts)) | _open_pattern_ids(rule, facts)
+
+
 def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
     """A pattern first seen within the window, still open (not triaged) and with dead letters parked (in the
     rule's broker and queue, when it names them)."""
-    since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
-    ids = facts.new_pattern_ids(since) | _open_pattern_ids(rule, facts)
+    ids = _new_pattern_candidates(rule, facts)
     patterns = facts.patterns(ids)
     parked = facts.parked_of_patterns(ids, rule=rule)
     where = _on_broker(rule, facts)
@@ -243,8 +272,7 @@ def new_pattern(rule: AlertRule, facts: Facts) -> RuleResult:
 def pattern_reopened(rule: AlertRule, facts: Facts) -> RuleResult:
     """A resolved pattern that came back within the window, until someone triages it again (with dead letters
     parked in the rule's broker and queue, when it names them)."""
-    since = facts.now - dt.timedelta(seconds=max(1, rule.window_seconds))
-    ids = facts.reopened_pattern_ids(since) | _open_pattern_ids(rule, facts)
+    ids = _reopened_pattern_candidates(rule, facts)
     patterns = facts.patterns(ids)
     scoped = bool(rule.queue) or rule.broker_id is not None
     parked = facts.parked_of_patterns(ids, rule=rule) if scoped else {}
@@ -344,3 +372,27 @@ EVALUATORS: dict[str, Callable[[AlertRule, Facts], RuleResult]] = {
 
 def evaluate(rule: AlertRule, facts: Facts) -> RuleResult:
     return EVALUATORS[rule.kind](rule, facts)
+
+
+def prefetch(rules: list[AlertRule], facts: Facts) -> None:
+    """Read ahead what several rules of the tick look at, one statement for all of them rather than one or two per
+    rule: the patterns they name or may raise alerts for (with their parked counts), and the running totals a
+    window ago that the growth rules compare with. Only a shortcut: a rule still reads whatever it finds missing."""
+    pattern_ids: set[int] = set()
+    for rule in rules:
+        if rule.pattern_id is not None:
+            pattern_ids.add(rule.pattern_id)
+        if rule.kind == RuleKind.NEW_PATTERN:
+            pattern_ids |= _new_pattern_candidates(rule, facts)
+        elif rule.kind == RuleKind.PATTERN_REOPENED:
+            pattern_ids |= _reopened_pattern_candidates(rule, facts)
+    if pattern_ids:
+        facts.patterns(pattern_ids)
+        facts.parked_of_patterns(pattern_ids)
+    # After the patterns: a growth rule's totals read its pattern.
+    facts.read_totals_before(
+        baseline
+        for rule in rules
+        if rule.kind == RuleKind.DLQ_GROWTH
+        for baseline in _growth_baselines(rule, _growth_totals(rule, facts))
+    )

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, prefetch_related_objects
 from django.utils import timezone
 
 from dlqconsole.alerts import conditions
@@ -72,7 +72,7 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
         state = _lock_state()
         if state is None:
             return TickResult(skipped=True)
-        rules = list(AlertRule.objects.enabled().select_related("pattern", "broker").prefetch_related("channels"))
+        rules = list(AlertRule.objects.enabled().select_related("broker"))
         open_alerts: dict[int, dict[str, Alert]] = defaultdict(dict)
         orphans: list[Alert] = []
         enabled_ids = {rule.pk for rule in rules}
@@ -86,6 +86,13 @@ def evaluate_rules(*, now: dt.datetime | None = None) -> TickResult:
         facts = conditions.Facts(
             now=now, open_subjects={rule_id: set(alerts) for rule_id, alerts in open_alerts.items()}
         )
+        try:
+            # A savepoint: a failed read must not abort the tick's transaction for the rules that follow.
+            with transaction.atomic():
+                conditions.prefetch(rules, facts)
+        except Exception:
+            # Each rule reads what it needs by itself then; one that cannot is logged below.
+            logger.exception("the facts shared by the alert rules could not be read ahead")
         changed: dict[int, Alert] = {}
         for rule in rules:
             try:
@@ -158,7 +165,7 @@ def _apply(
                 changed[alert.pk] = alert
         if _notice_due(alert, rule=rule, now=now):
             kind = NotificationKind.FIRING if alert.notified_count == 0 else NotificationKind.REMINDER
-            result.notifications += announce(alert, rule=rule, kind=kind, now=now)
+            result.notifications += _announce(alert, rule=rule, kind=kind, now=now)
             alert.next_notify_at = now + dt.timedelta(seconds=rule.reminder_seconds) if rule.reminder_seconds else None
             changed[alert.pk] = alert
     for subject, alert in open_alerts.items():
@@ -172,8 +179,14 @@ def _apply(
         alert.resolved_at = now
         result.resolved += 1
         if alert.notified_count > 0 and not (alert.is_silenced(now) or rule.is_silenced(now)):
-            result.notifications += announce(alert, rule=rule, kind=NotificationKind.RESOLVED, now=now)
+            result.notifications += _announce(alert, rule=rule, kind=NotificationKind.RESOLVED, now=now)
         changed[alert.pk] = alert
+
+
+def _announce(alert: Alert, *, rule: AlertRule, kind: str, now: dt.datetime) -> int:
+    # A rule's channels are read on its first notice of the tick (once), not for every rule on every tick.
+    prefetch_related_objects([rule], "channels")
+    return announce(alert, rule=rule, kind=kind, now=now)
 
 
 def _observe(alert: Alert, observation: conditions.Observation) -> bool:

@@ -39,6 +39,8 @@ from dlqconsole.operations.models import Operation, OperationStatus
 
 # A queue: (broker id, queue name).
 QueueKey = tuple[int, str]
+# A running total a window ago: (growth key, window in seconds, basis).
+Baseline = tuple[str, int, str]
 
 
 def queue_key(broker_id: int | None, name: str) -> QueueKey:
@@ -55,6 +57,14 @@ class PatternFacts:
     merged: bool
 
 
+@dataclass(frozen=True)
+class DepthSample:
+    """A queue's depth as the sampler last saw it."""
+
+    messages: int
+    consumers: int
+
+
 class Facts:
     """What one tick knows. Every property is read lazily and at most once."""
 
@@ -66,7 +76,8 @@ class Facts:
         self._parked_cache: dict[int, dict[QueueKey, int]] = {}
         self._candidates: dict[tuple[str, dt.datetime], set[int]] = {}
         self._oldest_cache: dict[tuple[int, int | None], dt.datetime | None] = {}
-        self._baseline_cache: dict[tuple[str, int], int | None] = {}
+        self._baseline_cache: dict[Baseline, int | None] = {}
+        self._stored_cache: dict[tuple[int, int], int] = {}
 
     # Brokers -------------------------------------------------------------------------------------------------
 
@@ -142,8 +153,11 @@ class Facts:
 
     def stored_of_pattern(self, pattern_id: int, *, broker_id: int) -> int:
         """Dead letters of a pattern held for one broker, whatever their status (its growth on that broker)."""
-        cells = DeadLetterCount.objects.filter(pattern_id=pattern_id, broker_id=broker_id)
-        return int(cells.aggregate(total=Sum("count"))["total"] or 0)
+        key = (pattern_id, broker_id)
+        if key not in self._stored_cache:
+            cells = DeadLetterCount.objects.filter(pattern_id=pattern_id, broker_id=broker_id)
+            self._stored_cache[key] = int(cells.aggregate(total=Sum("count"))["total"] or 0)
+        return self._stored_cache[key]
 
     def patterns(self, pattern_ids: Iterable[int]) -> dict[int, PatternFacts]:
         wanted = [pk for pk in set(pattern_ids) if pk not in self._pattern_cache]
@@ -189,19 +203,24 @@ class Facts:
         return sorted(set(self.work_queue_of) | set(self.stored_by_queue), key=lambda key: (key[1], key[0]))
 
     @cached_property
-    def samples(self) -> dict[QueueKey, QueueSample]:
+    def samples(self) -> dict[QueueKey, DepthSample]:
         """The newest fresh sample of each watched work queue and DLQ (none when the sampler is behind)."""
         keys = {queue_key(queue.broker_id, queue.name) for queue in self.watched} | set(self.work_queue_of)
         if not keys:
             return {}
         fresh_after = self.now - dt.timedelta(seconds=max(30.0, 3 * settings.DLQ_QUEUE_SAMPLE_SECONDS))
-        newest: dict[QueueKey, QueueSample] = {}
-        for sample in QueueSample.objects.filter(
-            queue__in={name for _, name in keys}, sampled_at__gte=fresh_after, sampled_at__lte=self.now
-        ).order_by("queue", "broker_id", "-sampled_at"):
-            key = queue_key(sample.broker_id, sample.queue)
-            if key in keys:
-                newest.setdefault(key, sample)
+        rows = (
+            QueueSample.objects.filter(
+                queue__in={name for _, name in keys}, sampled_at__gte=fresh_after, sampled_at__lte=self.now
+            )
+            .order_by("queue", "broker_id", "-sampled_at")
+            .values_list("broker_id", "queue", "messages", "consumers")
+        )
+        newest: dict[QueueKey, DepthSample] = {}
+        for broker_id, name, messages, consumers in rows:
+            key = queue_key(broker_id, name)
+            if key in keys and key not in newest:
+                newest[key] = DepthSample(messages, consumers)
         return newest
 
     def broker_depth(self, dead_letter_queue: QueueKey) -> int:
@@ -222,30 +241,46 @@ class Facts:
     def record_total(self, subject: str, total: int, *, basis: str = "") -> None:
         self.totals[subject] = (total, basis)
 
-    def totals_before(self, subjects: list[str], window_seconds: int, *, basis: str = "") -> dict[str, int | None]:
-        """For each subject, the running total recorded a window ago, or the oldest one within the window while
-        the history is shorter than the window (None when there is none at all). One statement for all subjects
-        not asked for yet: two scalar subqueries per subject, each one step on the (subject, -sampled_at) index."""
-        wanted = [subject for subject in subjects if (subject, window_seconds) not in self._baseline_cache]
-        if wanted:
-            cutoff = self.now - dt.timedelta(seconds=window_seconds)
-            table = GrowthSample._meta.db_table
-            probe = (
-                f"SELECT %s, COALESCE((SELECT total FROM {table} WHERE subject = %s AND basis = %s AND "
-                "sampled_at <= %s ORDER BY sampled_at DESC LIMIT 1), (SELECT total FROM {table} WHERE subject = %s "
-                "AND basis = %s AND sampled_at > %s AND sampled_at < %s ORDER BY sampled_at LIMIT 1))"
-            ).replace("{table}", table)
-            field = GrowthSample._meta.get_field("sampled_at")
-            cutoff_value = field.get_db_prep_value(cutoff, connection)
-            now_value = field.get_db_prep_value(self.now, connection)
-            params: list[Any] = []
-            for subject in wanted:
-                params += [subject, subject, basis, cutoff_value, subject, basis, cutoff_value, now_value]
-            with connection.cursor() as cursor:
-                cursor.execute(" UNION ALL ".join([probe] * len(wanted)), params)
-                for subject, total in cursor.fetchall():
-                    self._baseline_cache[(subject, window_seconds)] = None if total is None else int(total)
-        return {subject: self._baseline_cache[(subject, window_seconds)] for subject in subjects}
+    def total_before(self, subject: str, window_seconds: int, *, basis: str = "") -> int | None:
+        """The subject's running total recorded a window ago, or the oldest one within the window while the
+        history is shorter than the window (None when there is none at all)."""
+        baseline = (subject, window_seconds, basis)
+        self.read_totals_before([baseline])
+        return self._baseline_cache[baseline]
+
+    def read_totals_before(self, baselines: Iterable[Baseline]) -> None:
+        """Read the totals a window ago of every baseline not read yet. The oldest total within the window is asked
+        for apart, and only for baselines without an older one (a history shorter than the window): as a second
+        subquery of every probe, its planning would cost more than the whole lookup."""
+        wanted = sorted({baseline for baseline in baselines if baseline not in self._baseline_cache})
+        if not wanted:
+            return
+        self._baseline_cache.update(self._sampled_totals(wanted, "sampled_at <= %s ORDER BY sampled_at DESC"))
+        young = [baseline for baseline in wanted if self._baseline_cache[baseline] is None]
+        if young:
+            self._baseline_cache.update(
+                self._sampled_totals(young, "sampled_at > %s AND sampled_at < %s ORDER BY sampled_at", until_now=True)
+            )
+
+    def _sampled_totals(
+        self, baselines: list[Baseline], condition: str, *, until_now: bool = False
+    ) -> dict[Baseline, int | None]:
+        """The first total of each baseline's subject and basis that meets the condition, in its order (the
+        condition's parameters: the window's start, then now when until_now). One statement with a scalar
+        subquery per baseline, each one step on the (subject, -sampled_at) index. Each subject is written out
+        rather than joined from a list of values, so the planner sees how many samples it has and takes the
+        subject index for one without history rather than walk the time index."""
+        table = GrowthSample._meta.db_table
+        probe = f"SELECT %s, (SELECT total FROM {table} WHERE subject = %s AND basis = %s AND {condition} LIMIT 1)"
+        field = GrowthSample._meta.get_field("sampled_at")
+        now_value = field.get_db_prep_value(self.now, connection)
+        params: list[Any] = []
+        for number, (subject, window_seconds, basis) in enumerate(baselines):
+            cutoff = field.get_db_prep_value(self.now - dt.timedelta(seconds=window_seconds), connection)
+            params += [number, subject, basis, cutoff, *([now_value] if until_now else [])]
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join([probe] * len(baselines)), params)
+            return {baselines[number]: None if total is None else int(total) for number, total in cursor.fetchall()}
 
     # Oldest parked dead letter -------------------------------------------------------------------------------
 
@@ -262,35 +297,8 @@ class Facts:
 
     @cached_property
     def oldest_parked_by_queue(self) -> dict[QueueKey, dt.datetime | None]:
-        """The oldest parked dead letter (ignored patterns left out) of every queue with parked ones, in one
-        statement: a scalar subquery per queue, each walking the (queue, status, -id) index from its oldest end
-        until it meets a pattern that is not ignored, of the queue's broker."""
-        queues = sorted(self.parked_by_queue, key=lambda key: (key[1], key[0]))
-        if not queues:
-            return {}
-        letters = DeadLetter._meta.db_table
-        patterns = FailurePattern._meta.db_table
-        probe = (
-            f"SELECT %s, %s, (SELECT d.ingested_at FROM {letters} d JOIN {patterns} p ON p.id = d.pattern_id "
-            "WHERE d.source_queue = %s AND d.broker_id = %s AND d.status = %s AND p.status <> %s "
-            "ORDER BY d.id LIMIT 1)"
-        )
-        sql = " UNION ALL ".join([probe] * len(queues))
-        params: list[Any] = []
-        for broker_id, name in queues:
-            params += [broker_id, name, name, broker_id, DeadLetterStatus.PARKED, PatternStatus.IGNORED]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        # Raw rows skip the ORM: let the backend turn its value into an aware datetime (SQLite returns text).
-        column = DeadLetter._meta.get_field("ingested_at").get_col(letters)
-        converters = connection.ops.get_db_converters(column)
-        found: dict[QueueKey, dt.datetime | None] = {}
-        for broker_id, name, moment in rows:
-            for converter in converters:
-                moment = converter(moment, column, connection)
-            found[(int(broker_id), name)] = moment
-        return found
+        """The oldest parked dead letter (ignored patterns left out) of every queue with parked ones."""
+        return oldest_parked_by_queue(self.parked_by_queue, leave_out_ignored=True)
 
     # Candidates shared by rules with the same window ----------------------------------------------------------
 
@@ -321,3 +329,39 @@ class Facts:
         """Operations that paused themselves. A person who pauses one knows it already: that does not alert."""
         paused = Operation.objects.filter(status=OperationStatus.PAUSED, paused_automatically=True)
         return list(paused.only("pk", "kind", "pause_reason", "filter", "succeeded", "total", "returned"))
+
+
+def oldest_parked_by_queue(
+    queues: Iterable[QueueKey], *, leave_out_ignored: bool
+) -> dict[QueueKey, dt.datetime | None]:
+    """The oldest parked dead letter of each queue (None for one without), in one statement: a scalar subquery per
+    queue, each walking the (queue, status, -id) index from its oldest end until it meets a dead letter of the
+    queue's broker (and, when they are left out, of a pattern that is not ignored). The ignored patterns are a
+    subquery rather than a join: a join costs the planner twice as long, for each queue."""
+    keys = sorted(set(queues), key=lambda key: (key[1], key[0]))
+    if not keys:
+        return {}
+    letters = DeadLetter._meta.db_table
+    patterns = FailurePattern._meta.db_table
+    not_ignored = f"AND d.pattern_id NOT IN (SELECT id FROM {patterns} WHERE status = %s) " if leave_out_ignored else ""
+    probe = (
+        f"SELECT %s, %s, (SELECT d.ingested_at FROM {letters} d WHERE d.source_queue = %s AND d.broker_id = %s "
+        f"AND d.status = %s {not_ignored}ORDER BY d.id LIMIT 1)"
+    )
+    params: list[Any] = []
+    for broker_id, name in keys:
+        params += [broker_id, name, name, broker_id, DeadLetterStatus.PARKED]
+        if leave_out_ignored:
+            params.append(PatternStatus.IGNORED)
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join([probe] * len(keys)), params)
+        rows = cursor.fetchall()
+    # Raw rows skip the ORM: let the backend turn its value into an aware datetime (SQLite returns text).
+    column = DeadLetter._meta.get_field("ingested_at").get_col(letters)
+    converters = connection.ops.get_db_converters(column)
+    found: dict[QueueKey, dt.datetime | None] = {}
+    for broker_id, name, moment in rows:
+        for converter in converters:
+            moment = converter(moment, column, connection)
+        found[(int(broker_id), name)] = moment
+    return found
