@@ -75,7 +75,12 @@ def file_ahead(*, letters: Sequence[Letter], now: dt.datetime) -> None:
     Call it outside any transaction. What it files is what assign_patterns would file (a pure function of the
     fingerprints filed, see `store`), so it changes no pattern; a batch that fails afterwards leaves its new
     fingerprints filed, and its patterns without dead letters until it is written again."""
-    candidates, _ = _fingerprints(letters, [rule for rule in load_rules() if rule.scope_id is None])
+    everywhere = [rule for rule in load_rules() if rule.scope_id is None]
+    if any(rule.regex is not None for rule in everywhere):
+        # A rule's expression is searched once per dead letter, in assign_patterns: searched here too, it would
+        # cost twice and count a search that runs out twice. With such rules, new fingerprints are filed there.
+        return
+    candidates, _ = _fingerprints(letters, everywhere)
     new = {key: candidate for key, candidate in candidates.items() if not is_known(key)}
     if new:
         with transaction.atomic():
