@@ -21,11 +21,8 @@ finished rows (`deadletter_finished_changed`) in the order they finished, with a
 transaction holds; commits that do not wait for the disk (_commit_without_waiting); after each batch a pause of
 REST (3) times as long as the batch took, so retention works at most a quarter of the time it runs; and a run stops
 after RUN_SECONDS (four minutes), leaving the rest to the next one (beat runs it every five minutes, and one run at
-a time holds an advisory lock). On two cores that other work kept busy, a batch of 500 took 50 to 500 ms, and
-retention deleted 900 to 2,100 rows a second alone and about 600 beside ingest (two million an hour). There, with a
-pause as long as the batch and commits that waited for the disk, ingest beside retention slowed by 20%; with the
-figures above, by -12% to 25% from one bench run to the next (2% and 9% with a pause of twice the batch), the
-machine's own drift being as large as the effect: run bench/retention.py on a quiet machine before changing them.
+a time holds an advisory lock). docs/performance.md has what bench/retention.py measured with these figures;
+run it again before changing them.
 """
 
 from __future__ import annotations
