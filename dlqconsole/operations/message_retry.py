@@ -107,6 +107,7 @@ def _edit_and_retry(
     copy.ingested_at = now
     copy.next_retry_at = None
     copy.retry_exhausted = False
+    copy.search_text = None  # computed again by save(), from the edited body
     copy.save(force_insert=True)
     add_counts([(*_cell(copy), DeadLetterStatus.PARKED, 1)])
     record_audit(
