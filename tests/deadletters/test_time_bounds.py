@@ -5,6 +5,7 @@ every newer row."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -25,7 +26,7 @@ def _at(moment: dt.datetime) -> DeadLetter:
     return store(ParsedDeadLetterFactory.build(), now=moment)[0]
 
 
-def _matching(**window: str) -> list[int]:
+def _matching(**window: Any) -> list[int]:
     return sorted(DeadLetterFilter.from_dict(window).apply().values_list("pk", flat=True))
 
 

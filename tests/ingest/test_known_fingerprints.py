@@ -21,23 +21,23 @@ def fingerprint_lookups(queries: CaptureQueriesContext) -> list[str]:
 
 
 def test_a_fingerprint_met_before_is_not_looked_up_again() -> None:
-    store(ParsedDeadLetterFactory())
+    store(ParsedDeadLetterFactory.build())
     with CaptureQueriesContext(connection) as queries:
-        (row,) = store(ParsedDeadLetterFactory())
+        (row,) = store(ParsedDeadLetterFactory.build())
     assert fingerprint_lookups(queries) == []
     assert FailurePattern.objects.get(pk=row.pattern_id).total_count == 2
 
 
 def test_a_known_fingerprint_follows_its_pattern_into_a_merge() -> None:
-    (first,) = store(ParsedDeadLetterFactory())
+    (first,) = store(ParsedDeadLetterFactory.build())
     (other,) = store(
-        ParsedDeadLetterFactory(
+        ParsedDeadLetterFactory.build(
             error_type="KeyError", error_message="missing 'sku'", failure_reason="VALIDATION_FAILED"
         )
     )
     merge_patterns(source=first.pattern, target=other.pattern, actor=None)
 
-    (again,) = store(ParsedDeadLetterFactory())
+    (again,) = store(ParsedDeadLetterFactory.build())
 
     assert again.pattern_id == other.pattern_id
     assert again.fingerprint == first.fingerprint
@@ -48,13 +48,13 @@ def test_a_known_fingerprint_follows_its_pattern_into_a_merge() -> None:
 def test_a_fingerprint_whose_filing_was_rolled_back_is_filed_again() -> None:
     # The broker `default` is made first: its id is cached per process, and must not be one rolled back below.
     default_broker_id()
-    letter = ParsedDeadLetterFactory(error_message="Ledger closed for period 2026-11")
+    letter = ParsedDeadLetterFactory.build(error_message="Ledger closed for period 2026-11")
     with pytest.raises(RuntimeError), transaction.atomic():
         store(letter)
         raise RuntimeError("the batch's transaction failed")
     assert not Fingerprint.objects.filter(key=letter.fingerprint).exists()
 
-    (row,) = store(ParsedDeadLetterFactory(error_message="Ledger closed for period 2026-11"))
+    (row,) = store(ParsedDeadLetterFactory.build(error_message="Ledger closed for period 2026-11"))
 
     assert Fingerprint.objects.get(key=row.fingerprint).pattern_id == row.pattern_id
     assert FailurePattern.objects.get(pk=row.pattern_id).total_count == 1
@@ -65,7 +65,7 @@ def test_new_fingerprints_are_filed_before_the_batch_and_stay_when_it_fails(monk
     def refuse(*args: Any, **kwargs: Any) -> set[str]:
         raise RuntimeError("the database refused the batch")
 
-    letter = ParsedDeadLetterFactory(error_message="Carrier rejected parcel 77812: weight 31kg over limit")
+    letter = ParsedDeadLetterFactory.build(error_message="Carrier rejected parcel 77812: weight 31kg over limit")
     with monkeypatch.context() as patched:
         patched.setattr(services, "_write", refuse)
         with pytest.raises(RuntimeError):
