@@ -54,7 +54,7 @@ def test_a_run_over_three_batches_writes_a_row_per_batch_with_its_count_and_queu
     # Batches are taken in id order: the orders queue's four, then the payments queue's three.
     assert [row.filter["queue"] for row in rows] == [["orders.dlq"], ["orders.dlq", "payments.dlq"], ["payments.dlq"]]
     cutoff = (NOW - dt.timedelta(days=7)).isoformat()
-    assert all(row.filter["until"] == cutoff and row.filter["status"] == ["archived"] for row in rows)
+    assert all(row.filter["status_changed_before"] == cutoff and row.filter["status"] == ["archived"] for row in rows)
     assert list(DeadLetter.objects.values_list("pk", flat=True)) == kept
 
 
