@@ -17,7 +17,9 @@ from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import MAX_IDS, DeadLetterFilter
 from dlqconsole.operations import history, services
 from dlqconsole.operations.cli import LIST_FILTERS, TEXT_FILTERS
+from dlqconsole.operations.item_sql import CameBack
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
+from dlqconsole.operations.worker_watch import watch_worker
 
 PLANNABLE_KINDS = [
     OperationKind.RETRY,
@@ -188,6 +190,12 @@ class OperationWarningSerializer(serializers.Serializer):  # type: ignore[type-a
     message = serializers.CharField()
 
 
+class OperationCameBackReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    reason = serializers.CharField(help_text="The failure reason, as the dead letters' `reason` filter takes it.")
+    label = serializers.CharField(help_text='In words: "rejected", "queue overflow", "expired (TTL)"...')
+    count = serializers.IntegerField()
+
+
 class OperationProgressSerializer(serializers.Serializer):  # type: ignore[type-arg]
     done = serializers.IntegerField(help_text="Replayed, moved, deleted, archived or restored.")
     failed = serializers.IntegerField()
@@ -198,7 +206,13 @@ class OperationProgressSerializer(serializers.Serializer):  # type: ignore[type-
     processed = serializers.IntegerField()
     remaining = serializers.IntegerField()
     fraction = serializers.FloatField(help_text="Share of the plan with an outcome, 0 to 1.")
-    came_back = serializers.IntegerField(help_text="Replayed messages that died again.")
+    came_back = serializers.IntegerField(
+        help_text="Replayed messages that died again, each counted once, counted on after the operation paused, was "
+        "cancelled or finished."
+    )
+    came_back_reasons = OperationCameBackReasonSerializer(
+        many=True, help_text="Why they came back: the failure reason their boomerangs died with, commonest first."
+    )
     duplicates = serializers.IntegerField(help_text="Published twice after a worker restart.")
     settled = serializers.BooleanField(help_text="Over, with nothing in flight left: the numbers are final.")
 
@@ -226,6 +240,19 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
     )
     progress = serializers.SerializerMethodField()
     eta_seconds = serializers.SerializerMethodField(help_text="Time left, in seconds; null when unknown.")
+    waiting_for_worker_since = serializers.SerializerMethodField(
+        help_text="Started (or resumed, or sent again by the sweeper) and no worker has taken it yet: since when. "
+        "Null otherwise."
+    )
+    heartbeat_age_seconds = serializers.SerializerMethodField(
+        help_text="While a worker holds it (running or in its canary): seconds since that worker last wrote. Null "
+        "otherwise."
+    )
+    worker_note = serializers.SerializerMethodField(
+        help_text="The same in words, as its page says it; past DLQ_OPERATION_STALE_SECONDS it says that no worker "
+        'took it or that its worker went quiet (the sweeper sends it to the workers again). "" when it is not '
+        "running."
+    )
     canary = serializers.SerializerMethodField()
     created_by = serializers.SerializerMethodField()
     filter = serializers.DictField(
@@ -251,6 +278,9 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
             "confirm_count",
             "progress",
             "eta_seconds",
+            "waiting_for_worker_since",
+            "heartbeat_age_seconds",
+            "worker_note",
             "rate",
             "canary",
             "pause_reason",
@@ -326,6 +356,10 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
             "remaining": operation.remaining,
             "fraction": round(operation.progress, 4),
             "came_back": operation.returned,
+            "came_back_reasons": [
+                {"reason": reason, "label": words, "count": count}
+                for reason, words, count in CameBack.of(operation).rows
+            ],
             "duplicates": operation.duplicates,
             "settled": operation.is_finished and not operation.in_flight,
         }
@@ -334,6 +368,20 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
     def get_eta_seconds(self, operation: Operation) -> int | None:
         eta = operation.eta
         return None if eta is None else round(eta.total_seconds())
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_waiting_for_worker_since(self, operation: Operation) -> str | None:
+        since = operation.waiting_for_worker_since
+        return serializers.DateTimeField().to_representation(since) if since is not None else None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_heartbeat_age_seconds(self, operation: Operation) -> int | None:
+        watch = watch_worker(operation)
+        return watch.heartbeat_age_seconds if watch is not None else None
+
+    def get_worker_note(self, operation: Operation) -> str:
+        watch = watch_worker(operation)
+        return watch.text if watch is not None else ""
 
     @extend_schema_field(OperationCanarySerializer)
     def get_canary(self, operation: Operation) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from dlqconsole.api.operation_serializers import (
 )
 from dlqconsole.api.problems import REFUSED, not_found, problem
 from dlqconsole.operations import history, planning, services
+from dlqconsole.operations.canary import refresh_came_back
 from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
 from dlqconsole.operations.services import OperationError
 
@@ -95,7 +96,10 @@ class OperationViewSet(ApiViewSet):
         return self.get_paginated_response(OperationSerializer(page, many=True, context=context).data)
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return self._answer(self.get_object())
+        operation = self.get_object()
+        # What came back after no worker runs it any more (a paused canary's other messages, say) is counted here.
+        refresh_came_back(operation=operation)
+        return self._answer(operation)
 
     @extend_schema(
         summary="Plan an operation (not started)",

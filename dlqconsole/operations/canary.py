@@ -1,5 +1,5 @@
 """Watching what a run published: the canary's wait and verdict, replays that came back to a dead-letter queue (a
-pause on too many), and finishing the operation."""
+pause on too many; counted on after the run stopped), and finishing the operation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
-from dlqconsole.operations.item_sql import count_returned
+from dlqconsole.operations.item_sql import CameBack, count_came_back
 from dlqconsole.operations.models import ACTIVE_STATUSES, Operation, OperationStatus
 from dlqconsole.operations.run_state import RunState
 
@@ -38,11 +38,14 @@ class CanarySteps(RunState):
         A resume after a pause during the wait comes back here: the watch goes on until `canary_until`, and a
         pause that outlasted it leaves the canary judged at once."""
         assert operation.canary_until is not None
-        returned = self._check_returns(force=True)
-        if returned or operation.failed:
+        came_back = self._check_returns(force=True)
+        if came_back.count or operation.failed:
             parts = []
-            if returned:
-                parts.append(f"{returned} came back to a dead-letter queue within {operation.canary_wait_seconds}s")
+            if came_back.count:
+                parts.append(
+                    f"{came_back.count} came back to a dead-letter queue within {operation.canary_wait_seconds}s "
+                    f"({came_back.words})"
+                )
             if operation.failed:
                 parts.append(f"{operation.failed} could not be published ({operation.last_error})")
             self._pause(f"canary of {operation.canary_size}: " + "; ".join(parts), canary_failed=True)
@@ -60,16 +63,19 @@ class CanarySteps(RunState):
         )
         return True
 
-    def _check_returns(self, *, force: bool, may_pause: bool = True) -> int:
-        """Count our replays that died again (linked by ingest through `previous`), each once; pause on too many."""
+    def _check_returns(self, *, force: bool, may_pause: bool = True) -> CameBack:
+        """Count our replays that died again (linked by ingest through `previous`), each once, and why; pause on
+        too many. Once no worker runs the operation, its page, its API and the sweep count them
+        (refresh_came_back)."""
         if not force and time.monotonic() - self.last_return_check < RETURN_CHECK_SECONDS:
-            return 0
+            return CameBack()
         self.last_return_check = time.monotonic()
         operation = Operation.objects.get(pk=self.operation_id)
         if not operation.publishes or operation.started_at is None:
-            return 0
-        returned = count_returned(operation=operation)
-        Operation.objects.filter(pk=self.operation_id).update(returned=returned)
+            return CameBack()
+        came_back = count_came_back(operation=operation)
+        returned = came_back.count
+        Operation.objects.filter(pk=self.operation_id).update(returned=returned, returned_reasons=came_back.reasons)
         published = max(operation.succeeded, self.succeeded_at_start + self.confirmed) - operation.succeeded_baseline
         fresh = returned - operation.returned_baseline
         if (
@@ -80,9 +86,9 @@ class CanarySteps(RunState):
         ):
             self._pause(
                 f"{fresh} of {published} replayed messages came back to a dead-letter queue "
-                f"(more than {operation.max_return_share:.0%})"
+                f"(more than {operation.max_return_share:.0%}): {came_back.words}"
             )
-        return returned
+        return came_back
 
     def _finish(self, operation: Operation) -> None:
         now = timezone.now()
@@ -101,3 +107,27 @@ class CanarySteps(RunState):
                 count=operation.succeeded,
                 detail=f"succeeded {operation.succeeded}, failed {operation.failed}, skipped {operation.skipped}",
             )
+
+
+# A stopped operation's boomerangs are counted on read (its page, its API) until this long after it finished: they
+# come back within minutes as a rule, later only when a TTL kept them in a queue. Past it, its figures stand.
+CAME_BACK_WATCH = dt.timedelta(days=1)
+
+
+def refresh_came_back(*, operation: Operation, now: dt.datetime | None = None) -> bool:
+    """Count again what came back of an operation no worker is running: paused (a failed canary paused it on the
+    first boomerang, and the others arrive after), cancelled, done, or waiting for a worker. A running worker counts
+    its own every few seconds. True when the figures changed (the row and `operation` are updated)."""
+    now = now or timezone.now()
+    if not operation.publishes or operation.started_at is None or operation.items_removed_at is not None:
+        return False
+    if operation.status in ACTIVE_STATUSES and operation.runner:
+        return False
+    if operation.finished_at is not None and now - operation.finished_at > CAME_BACK_WATCH:
+        return False
+    came_back = count_came_back(operation=operation)
+    if came_back.count == operation.returned and came_back == CameBack.of(operation):
+        return False
+    Operation.objects.filter(pk=operation.pk).update(returned=came_back.count, returned_reasons=came_back.reasons)
+    operation.returned, operation.returned_reasons = came_back.count, came_back.reasons
+    return True

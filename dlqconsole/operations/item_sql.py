@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Value
+from django.db.models import Count, Exists, F, OuterRef, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem
 
 # Why an item is skipped when busy_elsewhere finds its dead letter.
@@ -52,27 +53,78 @@ def busy_elsewhere(dead_letter_ids: list[int], *, operation_id: int) -> set[int]
     )
 
 
+@dataclass(frozen=True)
+class CameBack:
+    """The dead letters of an operation that came back after their replay, each counted once, by the failure
+    reason their first boomerang died with ({reason: count})."""
+
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, operation: Operation) -> CameBack:
+        """As last counted on the operation's row (by its worker, its page, its API or the sweep)."""
+        return cls({str(reason): int(count) for reason, count in (operation.returned_reasons or {}).items()})
+
+    @property
+    def count(self) -> int:
+        return sum(self.reasons.values())
+
+    @property
+    def rows(self) -> list[tuple[str, str, int]]:
+        """(failure reason, its name in words, count), commonest first: ("MAXLEN", "queue overflow", 2)."""
+        named = [(reason, reason_words(reason), count) for reason, count in self.reasons.items() if count]
+        return sorted(named, key=lambda row: (-row[2], row[1]))
+
+    @property
+    def words(self) -> str:
+        """Why they came back, in words: "3 rejected, 2 queue overflow"."""
+        return ", ".join(f"{count:,} {words}" for _, words, count in self.rows)
+
+
+def reason_words(reason: str) -> str:
+    """A failure reason as a sentence says it: "rejected", "queue overflow", "expired (TTL)"."""
+    try:
+        label = str(FailureReason(reason).label)
+    except ValueError:
+        label = reason
+    return label[:1].lower() + label[1:]
+
+
+def boomerangs(*, operation: Operation) -> DeadLetterQuerySet:
+    """The first boomerang of each dead letter this operation replayed that died again, whatever the boomerang's
+    own status became since (retried, archived...), and whatever the operation's (paused, cancelled, done).
+
+    Boomerangs are new arrivals linked to an earlier record (ingest links them through `previous`). Naming every
+    status lets the (status, ingested_at) index find what arrived since the start, a range per status; the
+    operation's items are reached through their (operation, dead letter) key. PostgreSQL drives the semi-join
+    from whichever side is smaller: the arrivals since the start, or the items of a small operation (each then
+    probes the index of `previous`)."""
+    assert operation.started_at is not None
+    since = DeadLetter.objects.filter(
+        status__in=DeadLetterStatus.values, ingested_at__gte=operation.started_at, previous__isnull=False
+    )
+    # In flight counts too: one that came back was published, even if its confirm is not recorded yet.
+    ours = OperationItem.objects.filter(
+        operation_id=operation.pk,
+        dead_letter_id=OuterRef("previous_id"),
+        status__in=[ItemStatus.PUBLISHED, ItemStatus.IN_FLIGHT],
+    )
+    # A message published twice (its worker died before recording the confirm) may come back twice: once counted.
+    earlier = since.filter(previous_id=OuterRef("previous_id"), pk__lt=OuterRef("pk"))
+    return since.filter(Exists(ours)).exclude(Exists(earlier))
+
+
+def count_came_back(*, operation: Operation) -> CameBack:
+    """What came back of this operation's replays, and why (see boomerangs)."""
+    if operation.started_at is None:
+        return CameBack()
+    rows = boomerangs(operation=operation).order_by().values("failure_reason").annotate(count=Count("pk"))
+    return CameBack({str(row["failure_reason"]): int(row["count"]) for row in rows})
+
+
 def count_returned(*, operation: Operation) -> int:
     """Dead letters of this operation that came back after their replay (each counted once)."""
-    if operation.started_at is None:
-        return 0
-    # Boomerangs are new arrivals linked to an earlier record: few, and the (status, ingested_at) index finds them
-    # among what arrived since the start without touching the operation's (possibly huge) item list.
-    came_back = set(
-        DeadLetter.objects.filter(
-            status__in=[DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED],
-            ingested_at__gte=operation.started_at,
-            previous__isnull=False,
-        ).values_list("previous_id", flat=True)
-    )
-    if not came_back:
-        return 0
-    # In flight counts too: one that came back was published, even if its confirm is not recorded yet.
-    return OperationItem.objects.filter(
-        operation=operation,
-        dead_letter_id__in=id_array(sorted(pk for pk in came_back if pk is not None)),
-        status__in=[ItemStatus.PUBLISHED, ItemStatus.IN_FLIGHT],
-    ).count()
+    return count_came_back(operation=operation).count
 
 
 def finalize_cancelled(*, operation: Operation) -> None:

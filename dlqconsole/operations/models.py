@@ -173,6 +173,10 @@ class Operation(models.Model):
     duplicates = models.IntegerField(default=0)
     # Replayed messages that died again (distinct dead letters of ours that have a boomerang).
     returned = models.IntegerField(default=0)
+    # Why they came back: {failure reason: count} of the dead letters counted in `returned`, by the reason their
+    # first boomerang died with; null until counted. Nullable, so processes of the previous version, still running
+    # during a deploy, insert operations without it.
+    returned_reasons = models.JSONField(null=True, blank=True)
     # Published / returned counts when the operation was last resumed, so a resume starts a fresh window.
     returned_baseline = models.IntegerField(default=0)
     succeeded_baseline = models.IntegerField(default=0)
@@ -277,6 +281,9 @@ class Operation(models.Model):
         green "Done", and a plan discarded before it started is not called a cancelled run."""
         if self.discarded:
             return "Discarded (never started)", self.status
+        if self.waiting_for_worker_since is not None:
+            # Not "Running" at 0%: nothing runs until a worker takes it.
+            return "Waiting for a worker", OperationStatus.PLANNED
         if self.status == OperationStatus.DONE and self.failed:
             if self.failed >= self.total:
                 return "Done: every message failed", "failed"
@@ -287,6 +294,17 @@ class Operation(models.Model):
                 return f"Done: nothing {self.done_word}, {self.skipped:,} skipped", "skipped"
             return f"Done, {self.skipped:,} skipped", self.status
         return self.get_status_display(), self.status
+
+    @property
+    def waiting_for_worker_since(self) -> dt.datetime | None:
+        """Since when a started operation waits for a worker to take its task (just started or resumed, or sent
+        again by the sweeper after its worker went quiet): active, and no worker holds it. None otherwise; a canary
+        between two looks at its messages holds no worker either, by design: it is watching, not waiting."""
+        if self.status not in ACTIVE_STATUSES or self.started_at is None or self.runner:
+            return None
+        if self.status == OperationStatus.CANARY and self.canary_until is not None:
+            return None
+        return self.heartbeat_at or self.started_at
 
     @property
     def discarded(self) -> bool:

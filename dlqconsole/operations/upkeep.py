@@ -1,5 +1,6 @@
-"""Upkeep run by Celery beat: hand operations whose worker went quiet to a live one; delete archives kept past
-their retention at once (beat runs the whole retention, paced: operations/retention.py)."""
+"""Upkeep run by Celery beat: hand operations whose worker went quiet to a live one; count what came back of the
+operations no worker runs; delete archives kept past their retention at once (beat runs the whole retention, paced:
+operations/retention.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import logging
 import math
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from dlqconsole.deadletters.models import DeadLetterStatus
 from dlqconsole.operations import retention
-from dlqconsole.operations.models import Operation, OperationStatus
+from dlqconsole.operations.canary import CAME_BACK_WATCH, refresh_came_back
+from dlqconsole.operations.models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    PUBLISHING_KINDS,
+    Operation,
+    OperationStatus,
+)
 from dlqconsole.operations.services import enqueue_run
 
 logger = logging.getLogger(__name__)
@@ -37,6 +46,29 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
             enqueue_run(operation)
             requeued.append(operation.pk)
     return requeued
+
+
+# The sweep counts what came back of operations finished this recently (their pages and the API count on for a day,
+# canary.CAME_BACK_WATCH): the operations list, /metrics and the alert rules then see boomerangs that arrived after a
+# pause, a cancel or the end, without anyone opening the page.
+SWEEP_CAME_BACK_FOR = dt.timedelta(hours=1)
+
+
+def count_came_back(*, now: dt.datetime | None = None) -> list[int]:
+    """Count again what came back of the publishing operations no worker runs: ones paused within CAME_BACK_WATCH,
+    ones waiting for a worker, and ones finished within SWEEP_CAME_BACK_FOR; the ids whose figures changed."""
+    now = now or timezone.now()
+    stopped = (
+        Operation.objects.filter(kind__in=PUBLISHING_KINDS, started_at__isnull=False, items_removed_at__isnull=True)
+        .filter(
+            # Paused in the last day (its worker's last heartbeat): one paused for longer has been looked at.
+            Q(status=OperationStatus.PAUSED, heartbeat_at__gte=now - CAME_BACK_WATCH)
+            | Q(status__in=ACTIVE_STATUSES, runner="")
+            | Q(status__in=FINISHED_STATUSES, finished_at__gte=now - SWEEP_CAME_BACK_FOR)
+        )
+        .order_by("pk")
+    )
+    return [operation.pk for operation in stopped if refresh_came_back(operation=operation, now=now)]
 
 
 def delete_expired_archives(*, now: dt.datetime | None = None, batch_size: int = retention.BATCH_SIZE) -> int:

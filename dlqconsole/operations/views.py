@@ -34,7 +34,9 @@ from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
 from dlqconsole.operations import history, planning, purged, services
+from dlqconsole.operations.canary import refresh_came_back
 from dlqconsole.operations.forms import PlanForm
+from dlqconsole.operations.item_sql import CameBack, boomerangs
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
     ACTIVE_STATUSES,
@@ -44,8 +46,11 @@ from dlqconsole.operations.models import (
     eligible_statuses,
     share_text,
 )
+from dlqconsole.operations.worker_watch import watch_worker
 
 HISTORY_PAGE_SIZE = 50
+# Each reason its replays came back for links to the messages page of those boomerangs, by id, up to this many.
+CAME_BACK_LINK_IDS = 100
 # A planned purge links to the messages export of its filter; past this length its address would be refused by
 # servers and proxies (gunicorn takes 4,094 bytes a request line), so the page offers a form that posts it instead.
 MAX_EXPORT_QUERY = 2000
@@ -256,6 +261,8 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     operation = get_object_or_404(Operation.objects.select_related("created_by", "target_broker"), pk=pk)
+    # What came back after no worker runs it any more (a paused canary's other messages, say) is counted here.
+    refresh_came_back(operation=operation)
     context = _detail_context(operation)
     if request.htmx:
         response = render(request, "operations/detail.html#progress", context)
@@ -329,6 +336,30 @@ def _purge_record(operation: Operation) -> str:
     return "gone" if operation.succeeded else ""
 
 
+def _came_back(operation: Operation) -> list[dict[str, Any]]:
+    """Why its replays came back, a row per failure reason (commonest first), each with a link to the messages
+    page showing those boomerangs (the first CAME_BACK_LINK_IDS of them) while its items are kept."""
+    came_back = CameBack.of(operation)
+    ids: dict[str, list[int]] = {reason: [] for reason in came_back.reasons}
+    if came_back.count and operation.started_at is not None and operation.items_removed_at is None:
+        # Unordered: an ORDER BY id with a LIMIT may lead PostgreSQL to walk the whole table in id order.
+        found = boomerangs(operation=operation).order_by().values_list("pk", "failure_reason")
+        for pk, reason in sorted(found[: CAME_BACK_LINK_IDS * max(1, len(ids))]):
+            if len(ids.setdefault(reason, [])) < CAME_BACK_LINK_IDS:
+                ids[reason].append(pk)
+    base = reverse("deadletters:messages")
+    return [
+        {
+            "reason": reason,
+            "words": words,
+            "count": count,
+            "link": f"{base}?ids={','.join(map(str, ids[reason]))}" if ids.get(reason) else "",
+            "linked": len(ids.get(reason) or []),
+        }
+        for reason, words, count in came_back.rows
+    ]
+
+
 def _detail_context(operation: Operation) -> dict[str, Any]:
     breakdown = operation.breakdown or {}
     planned = operation.status == OperationStatus.PLANNED
@@ -336,6 +367,9 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
     return {
         "operation": operation,
         "figures": _figures(operation),
+        "came_back": _came_back(operation) if operation.publishes else [],
+        # No worker has taken it yet, or how long ago its worker wrote.
+        "worker": watch_worker(operation),
         "replan_url": _replan_url(operation) if planned else "",
         # An old snapshot: Start asks for a tick (checked on the server too).
         "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,

@@ -77,9 +77,12 @@ def test_a_retry_plan_is_answered_with_its_count_breakdown_and_not_started(
         "remaining": 3,
         "fraction": 0.0,
         "came_back": 0,
+        "came_back_reasons": [],
         "duplicates": 0,
         "settled": False,
     }
+    # Not started: no worker is waited for.
+    assert (body["waiting_for_worker_since"], body["heartbeat_age_seconds"], body["worker_note"]) == (None, None, "")
     assert set(operation.items.values_list("dead_letter_id", flat=True)) == set(ids)
     assert audit_rows(operation.pk) == [("operation.retry.plan", f"API token tests-1 (dlq_{token_prefix(operator)})")]
 

@@ -105,7 +105,7 @@ def test_a_canary_that_comes_back_pauses_the_operation_before_the_rest(channel, 
 
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PAUSED
-    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 1s"
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 1s (2 rejected)"
     assert operation.paused_automatically
     assert (operation.succeeded, operation.returned) == (2, 2)
     assert operation.items.filter(status=ItemStatus.PENDING).count() == 3
@@ -206,7 +206,7 @@ def test_a_canary_paused_during_its_wait_goes_on_watching_when_resumed(channel, 
     assert len(waits) == 2 and waits[-1] <= 2
     operation.refresh_from_db()
     assert (operation.status, operation.canary_failed, operation.canary_passed) == ("paused", True, False)
-    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s"
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s (2 rejected)"
     assert operation.items.filter(status=ItemStatus.PENDING).count() == 3
     assert operation.canary_label == "failed: its messages came back"
 
@@ -450,6 +450,6 @@ def test_a_canary_that_comes_back_stops_the_operation_before_its_wait_is_over(ch
 
     operation.refresh_from_db()
     assert operation.status == OperationStatus.PAUSED
-    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s"
+    assert operation.pause_reason == "canary of 2: 2 came back to a dead-letter queue within 60s (2 rejected)"
     assert operation.canary_until is not None and operation.canary_until > timezone.now() + dt.timedelta(seconds=30)
     assert operation.items.filter(status=ItemStatus.PENDING).count() == 2
