@@ -73,7 +73,7 @@ class CameBack:
     def rows(self) -> list[tuple[str, str, int]]:
         """(failure reason, its name in words, count), commonest first: ("MAXLEN", "queue overflow", 2)."""
         named = [(reason, reason_words(reason), count) for reason, count in self.reasons.items() if count]
-        return sorted(named, key=lambda row: (-row[2], row[1]))
+        return sorted(named, key=lambda row: (-row[2], row[1].lower()))
 
     @property
     def words(self) -> str:
@@ -86,7 +86,7 @@ def reason_words(reason: str) -> str:
     try:
         label = str(FailureReason(reason).label)
     except ValueError:
-        label = reason
+        return reason  # a reason this version does not know, as stored
     return label[:1].lower() + label[1:]
 
 
