@@ -297,13 +297,18 @@ class Operation(models.Model):
 
     @property
     def waiting_for_worker_since(self) -> dt.datetime | None:
-        """Since when a started operation waits for a worker to take its task (just started or resumed, or sent
-        again by the sweeper after its worker went quiet): active, and no worker holds it. None otherwise; a canary
-        between two looks at its messages holds no worker either, by design: it is watching, not waiting."""
+        """Since when a started operation waits for a worker to take its task: active, and no worker holds it. None
+        otherwise; a canary between two looks at its messages holds no worker either, by design: it is watching,
+        not waiting.
+
+        Nothing done yet: since its start (the sweeper's re-sends move its heartbeat, not that). Else since its
+        resume, or the sweeper's last re-send after its worker went quiet (both write the heartbeat)."""
         if self.status not in ACTIVE_STATUSES or self.started_at is None or self.runner:
             return None
         if self.status == OperationStatus.CANARY and self.canary_until is not None:
             return None
+        if self.processed == 0 and self.in_flight == 0:
+            return self.started_at
         return self.heartbeat_at or self.started_at
 
     @property

@@ -62,6 +62,18 @@ def test_an_operation_no_worker_took_says_since_when_instead_of_running(operator
     assert "Waiting for a worker" in shown(listed.content.decode())
 
 
+def test_a_fresh_operation_sent_again_by_the_sweeper_still_waits_since_its_start() -> None:
+    # The sweeper moves the heartbeat when it sends the task again; nothing was done yet.
+    fresh = started(heartbeat_at=QUEUED + dt.timedelta(seconds=65))
+    # One that made progress, resumed (or re-sent) later: since then.
+    resumed = started(heartbeat_at=QUEUED + dt.timedelta(seconds=65), succeeded=4)
+
+    assert fresh.waiting_for_worker_since == QUEUED
+    assert resumed.waiting_for_worker_since == QUEUED + dt.timedelta(seconds=65)
+    watch = watch_worker(fresh, now=QUEUED + dt.timedelta(seconds=70))
+    assert watch is not None and watch.stale and watch.text.startswith("Waiting for a worker since 09:30:05 (70 s)")
+
+
 def test_an_operation_waiting_past_the_stale_time_asks_whether_workers_run() -> None:
     operation = started(status=OperationStatus.CANARY, canary_size=2)
 
