@@ -23,7 +23,7 @@ def run_operation_task(operation_id: int) -> None:
 @app.task(name="operations.sweep_operations", base=CheckedTask)
 def sweep_operations() -> None:
     upkeep.requeue_stale_operations()
-    upkeep.count_came_back()
+    upkeep.recount_came_back()
 
 
 @app.task(name="operations.schedule_new_dead_letters", base=CheckedTask)

@@ -54,7 +54,7 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
 SWEEP_CAME_BACK_FOR = dt.timedelta(hours=1)
 
 
-def count_came_back(*, now: dt.datetime | None = None) -> list[int]:
+def recount_came_back(*, now: dt.datetime | None = None) -> list[int]:
     """Count again what came back of the publishing operations no worker runs: ones paused within CAME_BACK_WATCH,
     ones waiting for a worker, and ones finished within SWEEP_CAME_BACK_FOR; the ids whose figures changed."""
     now = now or timezone.now()

@@ -200,7 +200,7 @@ def test_the_sweep_counts_stopped_operations_and_leaves_old_and_running_ones() -
     for letters in (cancelled_letters, paused_letters, running_letters, old_letters):
         come_back(letters, "DELIVERY_LIMIT", now=now)
 
-    changed = upkeep.count_came_back(now=now)
+    changed = upkeep.recount_came_back(now=now)
 
     assert changed == [cancelled.pk, paused.pk]
     returned = dict(Operation.objects.values_list("pk", "returned"))
