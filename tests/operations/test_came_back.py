@@ -193,19 +193,22 @@ def test_what_arrived_before_the_operation_started_or_was_never_published_is_not
 def test_the_sweep_counts_stopped_operations_and_leaves_old_and_running_ones() -> None:
     now = timezone.now()
     cancelled, cancelled_letters = replayed(2, status=OperationStatus.CANCELLED, now=now)
+    done, done_letters = replayed(2, status=OperationStatus.DONE, now=now)
     paused, paused_letters = replayed(2, status=OperationStatus.PAUSED, now=now)
     running, running_letters = replayed(2, status=OperationStatus.RUNNING, now=now)
     Operation.objects.filter(pk=running.pk).update(runner="worker-1")
     old, old_letters = replayed(2, status=OperationStatus.DONE, now=now - CAME_BACK_WATCH)
-    for letters in (cancelled_letters, paused_letters, running_letters, old_letters):
+    for letters in (cancelled_letters, done_letters, paused_letters, running_letters, old_letters):
         come_back(letters, "DELIVERY_LIMIT", now=now)
 
     changed = upkeep.recount_came_back(now=now)
 
-    assert changed == [cancelled.pk, paused.pk]
+    assert changed == [cancelled.pk, done.pk, paused.pk]
     returned = dict(Operation.objects.values_list("pk", "returned"))
+    assert (returned[cancelled.pk], returned[done.pk], returned[paused.pk]) == (2, 2, 2)
     # The running one is counted by its worker; the one finished long ago keeps its figures.
-    assert (returned[cancelled.pk], returned[paused.pk], returned[running.pk], returned[old.pk]) == (2, 2, 0, 0)
+    assert (returned[running.pk], returned[old.pk]) == (0, 0)
+    assert Operation.objects.get(pk=done.pk).returned_reasons == {"DELIVERY_LIMIT": 2}
 
 
 def test_a_cancel_after_the_canary_paused_still_counts_what_comes_back(operator: User) -> None:
