@@ -25,15 +25,16 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from dlqconsole.accounts.models import AuditEntry
-from dlqconsole.accounts.roles import OPERATOR, require_role
+from dlqconsole.accounts.roles import ADMIN, OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
+from dlqconsole.core.durations import parse_duration
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template
 from dlqconsole.deadletters import selectors
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
-from dlqconsole.operations import history, planning, purged, services
+from dlqconsole.operations import history, planning, purged, services, shed
 from dlqconsole.operations.forms import PlanForm
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
@@ -169,6 +170,47 @@ def operation_plan(request: HtmxHttpRequest) -> HttpResponse:
         context["error"] = str(problem)
         return render(request, "operations/plan.html", context, status=400)
     return redirect("operations:detail", pk=operation.pk)
+
+
+SHED_FIELDS = ("queue", "broker", "priority_below", "older_than", "limit", "rate")
+
+
+@require_http_methods(["GET", "POST"])
+def shed_plan(request: HtmxHttpRequest) -> HttpResponse:
+    """GET: the shed form for a work queue (the dashboard's backpressure panel links here with the queue). POST:
+    plan the shed and show it, to be started with its depth typed in. Admins only."""
+    require_role(request.user, ADMIN)
+    query = request.GET if request.method == "GET" else request.POST
+    values = {name: query.get(name, "").strip() for name in SHED_FIELDS}
+    context: dict[str, Any] = {"values": values, "error": ""}
+    if request.method == "GET":
+        return render(request, "operations/shed.html", context)
+    try:
+        operation = shed.plan_shed(actor=request.user, **_shed_arguments(values))
+    except services.OperationError as problem:
+        context["error"] = str(problem)
+        return render(request, "operations/shed.html", context, status=400)
+    return redirect("operations:detail", pk=operation.pk)
+
+
+def _shed_arguments(values: dict[str, str]) -> dict[str, Any]:
+    try:
+        priority_below = int(values["priority_below"])
+        limit = int(values["limit"]) if values["limit"] else None
+    except ValueError:
+        raise services.OperationError("The priority and the limit must be whole numbers.") from None
+    try:
+        older_than = parse_duration(values["older_than"]) if values["older_than"] else None
+    except ValueError as error:
+        raise services.OperationError(str(error)) from None
+    return {
+        "queue": values["queue"],
+        "broker": values["broker"],
+        "priority_below": priority_below,
+        "older_than": older_than,
+        "limit": limit,
+        "rate": values["rate"],
+    }
 
 
 def _broker_choices() -> list[str]:
@@ -445,7 +487,7 @@ def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     only with its "start it anyway" box ticked."""
     operation = get_object_or_404(Operation, pk=pk)
     require_kind_role(request.user, operation.kind)
-    typed = request.POST.get("typed_count", "") if operation.kind == OperationKind.PURGE else None
+    typed = request.POST.get("typed_count", "") if operation.kind in services.TYPED_KINDS else None
     try:
         services.start_operation(
             operation=operation,
