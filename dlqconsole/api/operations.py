@@ -158,7 +158,7 @@ class OperationViewSet(ApiViewSet):
         asked = OperationStartSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
         count = asked.validated_data.get("confirm_count")
-        purge = operation.kind == OperationKind.PURGE
+        purge = operation.kind in services.TYPED_KINDS
         if not purge and count is not None and count != operation.total:
             services.check_role(request.user, operation.kind)
             raise OperationError(

@@ -320,8 +320,15 @@ def _figures(operation: Operation) -> dict[str, Any]:
 
 
 def _replan_url(operation: Operation) -> str:
-    """The plan page again, with this plan's kind, filter, target and rate: a fresh snapshot of the same filter."""
+    """The plan page again, with this plan's kind, filter, target and rate: a fresh snapshot of the same filter (for
+    a shed, the shed page with its queue and flags)."""
     query = QueryDict(mutable=True)
+    if operation.kind == OperationKind.SHED:
+        for name in SHED_FIELDS:
+            value = operation.rate if name == "rate" else operation.shed_plan.get(name)
+            if value:
+                query[name] = str(value)
+        return f"{reverse('operations:shed')}?{query.urlencode()}"
     query["kind"] = operation.kind
     for name, value in (operation.filter or {}).items():
         query.setlist(name, [str(item) for item in value] if isinstance(value, list) else [str(value)])
