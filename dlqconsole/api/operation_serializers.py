@@ -178,7 +178,7 @@ class OperationShedSerializer(serializers.Serializer):  # type: ignore[type-arg]
     depth = serializers.IntegerField(help_text="Ready messages when the plan was made.")
     consumers = serializers.IntegerField(help_text="Consumers when the plan was made.")
     type = serializers.CharField(help_text="The queue's type (a shed runs on classic queues).")
-    max_priority = serializers.IntegerField(allow_null=True, help_text="Its x-max-priority; null: not a priority queue.")
+    max_priority = serializers.IntegerField(allow_null=True, help_text="Its x-max-priority; null: none.")
     examined = serializers.IntegerField(allow_null=True, help_text="Messages its scans looked at.")
     stopped = serializers.CharField(help_text="Why its scan stopped; empty while it runs.")
 

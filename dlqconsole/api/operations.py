@@ -32,7 +32,7 @@ from dlqconsole.api.operation_serializers import (
 )
 from dlqconsole.api.problems import REFUSED, not_found, problem
 from dlqconsole.operations import history, planning, services
-from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
+from dlqconsole.operations.models import PUBLISHING_KINDS, Operation
 from dlqconsole.operations.services import OperationError
 
 FORBIDDEN = problem("The role is missing: viewers change nothing, and a purge needs the admin role.")

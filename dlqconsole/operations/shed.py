@@ -203,7 +203,8 @@ def _queue_type(broker: Broker, queue: str) -> tuple[str, dict[str, Any], str]:
         except (HttpError, DeniedAddressError, requests.RequestException, ValueError) as error:
             info, problem = None, f"the management API at {api} did not answer ({type(error).__name__})"
         if isinstance(info, dict):
-            arguments = info.get("arguments") if isinstance(info.get("arguments"), dict) else {}
+            found = info.get("arguments")
+            arguments: dict[str, Any] = found if isinstance(found, dict) else {}
             return str(info.get("type") or "classic"), arguments, "management API"
         problem = problem or f"the management API at {api} did not describe it"
     watched = storage().watched_kind(broker, queue)
