@@ -288,8 +288,9 @@ class Operation(models.Model):
             if self.failed >= self.total:
                 return "Done: every message failed", "failed"
             return f"Done, {self.failed:,} failed", "failed"
-        if self.status == OperationStatus.DONE and self.skipped:
-            # Skipped messages were not acted on (their status had changed, another operation held them...).
+        if self.status == OperationStatus.DONE and self.skipped and self.kind != OperationKind.SHED:
+            # Skipped messages were not acted on (their status had changed, another operation held them...); a
+            # shed's skipped are the messages it left in the queue, as meant.
             if not self.succeeded:
                 return f"Done: nothing {self.done_word}, {self.skipped:,} skipped", "skipped"
             return f"Done, {self.skipped:,} skipped", self.status

@@ -85,7 +85,9 @@ def enqueue_run(operation: Operation) -> None:
 def describe_operation(operation: Operation) -> str:
     """An operation in a few words for its audit rows: its kind, target, rate and canary."""
     parts = [operation.get_kind_display()]
-    if operation.target_display:
+    if operation.kind == OperationKind.SHED:
+        parts.append(operation.target_display)
+    elif operation.target_display:
         parts.append(f"to {operation.target_display}")
     if operation.rate:
         parts.append(f"at {operation.rate}")

@@ -65,6 +65,9 @@ class ShedLetter(Protocol):
     @property
     def content_hash(self) -> str: ...
 
+    @property
+    def body_truncated(self) -> bool: ...
+
 
 class ShedStorage(Protocol):
     """What ingest lends a shed (ingest/shedding.py)."""
@@ -288,7 +291,10 @@ class ShedRun:
         batch, self.pending = self.pending, []
         now = timezone.now()
         lent = storage()
-        to_store, letters, settled = [], [], []
+        to_store: list[Delivery] = []
+        acked: list[Delivery] = []
+        letters: list[ShedLetter] = []
+        settled: list[int] = []
         for delivery in batch:
             letter = lent.parse(
                 queue=str(self.plan["queue"]),
@@ -298,10 +304,17 @@ class ShedRun:
                 note=note,
                 now=now,
             )
+            if letter.body_truncated:
+                # Over DLQ_MAX_BODY_BYTES a dead letter keeps only the start of its body: taken, the message would
+                # be lost. It stays in the queue, held with the others.
+                self.held += 1
+                self.plan["too_big"] = int(self.plan.get("too_big") or 0) + 1
+                continue
             waiting = self.in_flight.get(letter.content_hash) if delivery.redelivered else None
             if waiting:
                 # Stored before a restart, its ack lost: this is that message again.
                 settled.append(waiting.pop())
+                acked.append(delivery)
                 continue
             to_store.append(delivery)
             letters.append(letter)
@@ -319,7 +332,7 @@ class ShedRun:
             Operation.objects.filter(pk=self.operation_id).update(
                 succeeded=F("succeeded") + len(ids), duplicates=F("duplicates") + len(settled), heartbeat_at=now
             )
-        for delivery in batch:
+        for delivery in to_store + acked:
             self.channel.basic_ack(delivery_tag=delivery.tag)
         # A round trip on the channel: when the broker answers it, it has taken every ack sent before.
         self.channel.basic_qos(prefetch_count=min(MAX_PREFETCH, settings.DLQ_SHED_HOLD + STORE_BATCH))

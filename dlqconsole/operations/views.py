@@ -385,6 +385,8 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
     return {
         "operation": operation,
         "figures": _figures(operation),
+        # A shed's skipped messages are those it gave back to the queue, as meant.
+        "skipped_word": "left in the queue" if operation.kind == OperationKind.SHED else "skipped",
         "replan_url": _replan_url(operation) if planned else "",
         # An old snapshot: Start asks for a tick (checked on the server too).
         "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,

@@ -22,7 +22,7 @@ from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureR
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
-from dlqconsole.operations.services import OperationError, run_operation, start_operation
+from dlqconsole.operations.services import OperationError, change_rate, run_operation, start_operation
 from dlqconsole.operations.shed import plan_shed
 from dlqconsole.operations.shedding import storage
 from tests.support import drain, wait_for_depth, wait_until
@@ -155,7 +155,7 @@ def test_shed_of_a_flooded_priority_queue_with_a_consumer_takes_each_low_message
         assert properties.headers[settings.DLQ_REPLAY_COUNT_HEADER] == 1
 
 
-def test_a_requeued_message_seen_first_is_held_so_the_scan_reaches_the_low_priorities_behind(
+def test_the_scan_holds_the_high_priorities_in_front_and_reaches_the_low_ones_behind(
     channel: Channel, queue_name: Callable[[str], str], admin_user: User, settings: Any
 ) -> None:
     queue = priority_queue(channel, queue_name)
@@ -206,6 +206,40 @@ def test_older_than_reads_the_timestamp_and_a_message_without_one_is_never_older
     assert shed_bodies(queue) == [b"old"]
     assert operation.shed_plan["older_than_text"] == "1h"
     assert sorted(body for _, body in drain(channel, queue)) == [b"new", b"no timestamp", b"old but important"]
+
+
+def test_a_message_too_big_to_keep_whole_stays_in_the_queue(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User, settings: Any
+) -> None:
+    settings.DLQ_MAX_BODY_BYTES = 64
+    queue = priority_queue(channel, queue_name)
+    publish(channel, queue, b"small", priority=0)
+    publish(channel, queue, b"x" * 100, priority=0)
+    wait_for_depth(channel, queue, 2)
+
+    operation = shed_now(queue, admin_user, priority_below=5)
+
+    assert shed_bodies(queue) == [b"small"]
+    assert (operation.succeeded, operation.skipped, operation.shed_plan["too_big"]) == (1, 1, 1)
+    assert [body for _, body in drain(channel, queue)] == [b"x" * 100]
+
+
+def test_a_rate_paces_the_shed_and_can_be_changed(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = priority_queue(channel, queue_name)
+    for number in range(3):
+        publish(channel, queue, f"low {number}".encode(), priority=0)
+    wait_for_depth(channel, queue, 3)
+    operation = plan_shed(queue=queue, actor=admin_user, priority_below=5, rate="1000/1s")
+    assert operation.rate == "1000/1s"
+    change_rate(operation=operation, rate="2000/1s", actor=admin_user)
+    start_operation(operation=operation, actor=admin_user)
+
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded, operation.rate) == (OperationStatus.DONE, 3, "2000/1s")
 
 
 def test_limit_caps_how_many_are_shed(channel: Channel, queue_name: Callable[[str], str], admin_user: User) -> None:

@@ -92,7 +92,8 @@ def test_an_admin_plans_a_shed_and_starts_it_only_with_the_depth_typed(
     operation.refresh_from_db()
     assert (operation.status, operation.succeeded, operation.skipped) == (OperationStatus.DONE, 3, 2)
     done = " ".join(strict.get(f"/operations/{operation.pk}/").content.decode().split())
-    assert "looked at 5" in done and "3</strong> shed" in done
+    assert "looked at 5" in done and "3</strong> shed, 0 failed, 2 left in the queue" in done
+    assert 'data-testid="status">Done<' in done
     assert sorted(body for _, body in drain(channel, flooded)) == [b"order 1", b"order 3"]
     listed = strict.get("/operations/").content.decode()
     assert f"/operations/{operation.pk}/" in listed
