@@ -169,3 +169,25 @@ def test_the_api_shows_a_shed_and_asks_for_its_count(flooded: str, admin_user: U
     assert body["breakdown"]["shed"]["queue"] == flooded and body["breakdown"]["shed"]["max_priority"] == 10
     assert body["target"]["display"] == f"from queue {flooded}"
     assert api.get("/api/v1/operations/?kind=shed").json()["results"][0]["id"] == operation.pk
+
+
+def test_a_hostile_queue_name_is_shown_escaped(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = queue_name("<img src=x onerror=alert(1)>")
+    channel.queue_declare(queue=queue, durable=True, arguments={"x-max-priority": 10})
+    channel.basic_publish("", queue, b"x", pika.BasicProperties(priority=0))
+    wait_for_depth(channel, queue, 1)
+    WatchedQueue.objects.create(name=queue, dead_letter_queue=f"{queue}.dlq", dead_letter_exchange=f"{queue}.dlx")
+    client = client_for(admin_user)
+
+    dashboard = client.get("/").content.decode()
+    client.post("/operations/shed/", {"queue": queue, "priority_below": "5"})
+    operation = Operation.objects.get()
+    detail = client.get(f"/operations/{operation.pk}/").content.decode()
+    listed = client.get("/operations/").content.decode()
+
+    assert "queue=t" in dashboard and "%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E" in dashboard
+    assert "&lt;img src=x onerror=alert(1)&gt;" in detail
+    for page in (dashboard, detail, listed):
+        assert "<img src=x" not in page
