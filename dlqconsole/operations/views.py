@@ -340,6 +340,15 @@ def _replan_url(operation: Operation) -> str:
     return f"{reverse('operations:plan')}?{query.urlencode()}"
 
 
+def _shed_messages_url(operation: Operation) -> str:
+    """The messages page showing the dead letters a shed made (its queue, reason SHED, archived)."""
+    if operation.kind != OperationKind.SHED:
+        return ""
+    query = _filter_query(operation)
+    query["status"] = "archived"
+    return f"{reverse('deadletters:messages')}?{query.urlencode()}"
+
+
 def _filter_query(operation: Operation) -> QueryDict:
     """The operation's filter as the messages page's query (a list field repeats its name)."""
     query = QueryDict(mutable=True)
@@ -387,6 +396,7 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "figures": _figures(operation),
         # A shed's skipped messages are those it gave back to the queue, as meant.
         "skipped_word": "left in the queue" if operation.kind == OperationKind.SHED else "skipped",
+        "shed_messages_url": _shed_messages_url(operation),
         "replan_url": _replan_url(operation) if planned else "",
         # An old snapshot: Start asks for a tick (checked on the server too).
         "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,

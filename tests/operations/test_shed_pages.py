@@ -3,6 +3,7 @@ and a shed operation on the operations pages and in the API."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from io import StringIO
 from typing import Any
@@ -94,6 +95,11 @@ def test_an_admin_plans_a_shed_and_starts_it_only_with_the_depth_typed(
     done = " ".join(strict.get(f"/operations/{operation.pk}/").content.decode().split())
     assert "looked at 5" in done and "3</strong> shed, 0 failed, 2 left in the queue" in done
     assert 'data-testid="status">Done<' in done
+    link = f"/messages/?queue={flooded}&amp;reason=SHED&amp;status=archived"
+    assert f'<a href="{link}" data-testid="shed-messages">' in done
+    shown = " ".join(strict.get(link.replace("&amp;", "&")).content.decode().split())
+    ids = sorted(DeadLetter.objects.filter(failure_reason=FailureReason.SHED).values_list("pk", flat=True))
+    assert sorted({int(found) for found in re.findall(r'href="/messages/(\d+)/"', shown)}) == ids
     assert sorted(body for _, body in drain(channel, flooded)) == [b"order 1", b"order 3"]
     listed = strict.get("/operations/").content.decode()
     assert f"/operations/{operation.pk}/" in listed
