@@ -14,6 +14,11 @@ class ConsoleConfig(AppConfig):
     def ready(self) -> None:
         # The dead-letter gauges of /metrics; registered here so every process that serves /metrics has them.
         # Imported here: Django imports this module while it loads the apps, before models may be imported.
+        from dlqconsole.ingest.shedding import ShedStorage
         from dlqconsole.metrics import register_collector
+        from dlqconsole.operations.shedding import register_storage
 
         register_collector()
+        # A shed (operations) stores what it takes as dead letters the way ingest stores them: lent here, as the
+        # two apps cannot import each other.
+        register_storage(ShedStorage())

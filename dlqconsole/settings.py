@@ -432,6 +432,10 @@ DLQ_OPERATION_STALE_SECONDS = env_int("DLQ_OPERATION_STALE_SECONDS", 60, minimum
 DLQ_OPERATION_BREAKER_FAILURES = env_int("DLQ_OPERATION_BREAKER_FAILURES", 50, minimum=1)
 DLQ_OPERATION_MAX_RETURN_SHARE = env_float("DLQ_OPERATION_MAX_RETURN_SHARE", 0.2, minimum=0.0)
 DLQ_CANARY_WAIT_SECONDS = env_int("DLQ_CANARY_WAIT_SECONDS", 60, minimum=0)
+# Shed (operations/shedding.py): the messages a scan holds unacked at most while it looks deeper into a queue (its
+# prefetch window; AMQP's prefetch count stops at 65535), and the seconds without a delivery that end a scan.
+DLQ_SHED_HOLD = env_int("DLQ_SHED_HOLD", 10000, minimum=1, maximum=65000)
+DLQ_SHED_IDLE_SECONDS = env_int("DLQ_SHED_IDLE_SECONDS", 2, minimum=1, maximum=3600)
 
 # Application headers (matched without regard to case) read for the error type, message, stack trace, host
 # and version, in order of preference.

@@ -171,6 +171,20 @@ class OperationDestinationQueueSerializer(serializers.Serializer):  # type: igno
     consumers = serializers.IntegerField()
 
 
+class OperationShedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    queue = serializers.CharField()
+    broker = serializers.CharField()
+    priority_below = serializers.IntegerField()
+    older_than = serializers.IntegerField(allow_null=True, help_text="Seconds; null: any age.")
+    limit = serializers.IntegerField(allow_null=True)
+    depth = serializers.IntegerField(help_text="Ready messages when the plan was made.")
+    consumers = serializers.IntegerField(help_text="Consumers when the plan was made.")
+    type = serializers.CharField(help_text="The queue's type (a shed runs on classic queues).")
+    max_priority = serializers.IntegerField(allow_null=True, help_text="Its x-max-priority; null: none.")
+    examined = serializers.IntegerField(allow_null=True, help_text="Messages its scans looked at.")
+    stopped = serializers.CharField(help_text="Why its scan stopped; empty while it runs.")
+
+
 class OperationBreakdownSerializer(serializers.Serializer):  # type: ignore[type-arg]
     brokers = OperationCountSerializer(many=True)
     queues = OperationCountSerializer(many=True)
@@ -178,6 +192,7 @@ class OperationBreakdownSerializer(serializers.Serializer):  # type: ignore[type
     destinations = OperationCountSerializer(many=True)
     destination_queues = OperationDestinationQueueSerializer(many=True)
     bindings = serializers.CharField(help_text="Whether the destination exchanges' bindings were checked, and where.")
+    shed = OperationShedSerializer(allow_null=True, help_text="A shed's queue, flags and scan; null for other kinds.")
 
 
 class OperationUnreplayableSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -225,6 +240,24 @@ class OperationCanarySerializer(serializers.Serializer):  # type: ignore[type-ar
     failed = serializers.BooleanField()
     label = serializers.CharField()
     share = serializers.CharField(help_text="What share of the plan the canary is.")
+
+
+def _shed(plan: dict[str, Any]) -> dict[str, Any] | None:
+    if not plan:
+        return None
+    return {
+        "queue": str(plan.get("queue", "")),
+        "broker": str(plan.get("broker", "")),
+        "priority_below": int(plan.get("priority_below") or 0),
+        "older_than": plan.get("older_than"),
+        "limit": plan.get("limit"),
+        "depth": int(plan.get("depth") or 0),
+        "consumers": int(plan.get("consumers") or 0),
+        "type": str(plan.get("type", "")),
+        "max_priority": plan.get("max_priority"),
+        "examined": plan.get("examined"),
+        "stopped": str(plan.get("stopped", "")),
+    }
 
 
 class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -335,6 +368,7 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
                 for queue, messages, consumers in operation.destination_queues
             ],
             "bindings": operation.bindings_note,
+            "shed": _shed(operation.shed_plan),
         }
 
     @extend_schema_field(OperationWarningSerializer(many=True))
@@ -344,7 +378,7 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_confirm_count(self, operation: Operation) -> int | None:
         planned = operation.status == OperationStatus.PLANNED
-        return operation.total if planned and operation.kind == OperationKind.PURGE else None
+        return operation.total if planned and operation.kind in services.TYPED_KINDS else None
 
     @extend_schema_field(OperationProgressSerializer)
     def get_progress(self, operation: Operation) -> dict[str, Any]:

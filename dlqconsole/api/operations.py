@@ -33,7 +33,7 @@ from dlqconsole.api.operation_serializers import (
 from dlqconsole.api.problems import REFUSED, not_found, problem
 from dlqconsole.operations import history, planning, services
 from dlqconsole.operations.canary import refresh_came_back
-from dlqconsole.operations.models import PUBLISHING_KINDS, Operation, OperationKind
+from dlqconsole.operations.models import PUBLISHING_KINDS, Operation
 from dlqconsole.operations.services import OperationError
 
 FORBIDDEN = problem("The role is missing: viewers change nothing, and a purge needs the admin role.")
@@ -162,7 +162,7 @@ class OperationViewSet(ApiViewSet):
         asked = OperationStartSerializer(data=request.data)
         asked.is_valid(raise_exception=True)
         count = asked.validated_data.get("confirm_count")
-        purge = operation.kind == OperationKind.PURGE
+        purge = operation.kind in services.TYPED_KINDS
         if not purge and count is not None and count != operation.total:
             services.check_role(request.user, operation.kind)
             raise OperationError(

@@ -38,6 +38,8 @@ class FailureReason(models.TextChoices):
     DELIVERY_LIMIT = "DELIVERY_LIMIT", "Delivery limit reached"
     REJECTED = "REJECTED", "Rejected"
     UNKNOWN = "UNKNOWN", "Unknown"
+    # Not a failure: taken out of a flooded work queue by a shed operation, kept archived until restored.
+    SHED = "SHED", "Shed from a flooded queue"
 
 
 # Reasons that will not go away by themselves: never retried automatically.

@@ -1,4 +1,4 @@
-"""`dlq retry|move|purge|archive|restore` and `dlq operation show|pause|resume|cancel|rate`.
+"""`dlq retry|move|purge|archive|restore`, `dlq shed` and `dlq operation show|pause|resume|cancel|rate`.
 
 Each handler parses its options, calls one service and prints what happened. Without --yes the plan is shown and
 confirmed first; --dry-run shows the plan and changes nothing; --wait follows the worker with a progress bar;
@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
+from dlqconsole.core.durations import parse_duration
 from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.operations.models import FINISHED_STATUSES, Operation, OperationKind
 from dlqconsole.operations.planning import plan_operation
@@ -30,6 +31,7 @@ from dlqconsole.operations.services import (
     run_operation,
     start_operation,
 )
+from dlqconsole.operations.shed import describe_shed, plan_shed
 
 # (option, filter field, help); list fields take several values, repeated or comma-separated.
 LIST_FILTERS = (
@@ -92,6 +94,8 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
         parser.add_argument("--user", default="", help="the account to act as (for roles and the audit log)")
         parser.set_defaults(handler=run_kind, kind=str(kind))
 
+    add_shed(subcommands)
+
     operation = subcommands.add_parser("operation", help="Show or control an operation.")
     operation.add_argument("action", choices=["show", "pause", "resume", "cancel", "rate"])
     operation.add_argument("operation_id", type=int)
@@ -99,6 +103,70 @@ def add_subcommands(subcommands: Any, *, command: BaseCommand) -> None:
     operation.add_argument("--wait", action="store_true")
     operation.add_argument("--user", default="")
     operation.set_defaults(handler=run_control)
+
+
+def add_shed(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "shed",
+        help="Shed: take the low-priority messages out of a flooded work queue into archived dead letters",
+        description="Consume QUEUE once, keeping the messages of priority below N (and older than D) as archived "
+        "dead letters (reason SHED) and giving the others back. Classic queues only. Restore and retry put them back.",
+    )
+    parser.add_argument("queue", help="the work queue to shed")
+    parser.add_argument("--priority-below", type=int, required=True, metavar="N", help="shed priorities below N")
+    parser.add_argument("--older-than", default=None, metavar="D", help="only messages whose timestamp is older (2h)")
+    parser.add_argument("--limit", type=int, default=None, help="shed at most this many")
+    parser.add_argument("--rate", default="", help="N/period[:burst], e.g. 500/1s; default: no limit")
+    parser.add_argument("--broker", default="", metavar="NAME", help="the broker of the queue; default: default")
+    parser.add_argument("--dry-run", action="store_true", help="show the plan; take nothing")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    parser.add_argument("--wait", action="store_true", help="follow the operation with a progress bar")
+    parser.add_argument("--inline", action="store_true", help="run it in this process, not a Celery worker")
+    parser.add_argument("--user", default="", help="the account to act as (for roles and the audit log)")
+    parser.set_defaults(handler=run_shed_command)
+
+
+def run_shed_command(command: BaseCommand, **options: Any) -> None:
+    older_than = None
+    if options["older_than"] is not None:
+        try:
+            older_than = parse_duration(options["older_than"])
+        except ValueError as error:
+            raise CommandError(f"--older-than: {error}") from None
+    actor = _actor(options["user"])
+    arguments: dict[str, Any] = {
+        "queue": options["queue"],
+        "priority_below": options["priority_below"],
+        "older_than": older_than,
+        "limit": options["limit"],
+        "rate": options["rate"],
+        "broker": options["broker"],
+        "actor": actor,
+    }
+    try:
+        if options["dry_run"]:
+            with transaction.atomic():
+                write_plan(command, plan_shed(**arguments), dry_run=True)
+                command.stdout.write("Dry run: nothing was taken.")
+                transaction.set_rollback(True)
+            return
+        operation = plan_shed(**arguments)
+        write_plan(command, operation)
+        if not options["yes"] and not _confirm(command, operation):
+            cancel_operation(operation=operation, actor=actor)
+            command.stdout.write(f"Cancelled operation #{operation.pk}.")
+            return
+        operation = start_operation(operation=operation, actor=actor)
+    except (OperationError, PermissionDenied) as error:
+        raise CommandError(str(error)) from None
+    command.stdout.write(f"Started operation #{operation.pk}.")
+    if options["inline"]:
+        run_operation(operation_id=operation.pk)
+    if options["wait"] or options["inline"]:
+        follow(command, operation)
+        operation.refresh_from_db()
+        if stopped := (operation.breakdown or {}).get("shed", {}).get("stopped"):
+            command.stdout.write(f"Stopped: {stopped}.")
 
 
 def option_dest(option: str) -> str:
@@ -212,6 +280,14 @@ def run_control(command: BaseCommand, *, action: str, operation_id: int, **optio
 
 def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = False) -> None:
     write = command.stdout.write
+    if operation.kind == OperationKind.SHED:
+        name = "Plan (dry run)" if dry_run else f"Operation #{operation.pk}"
+        write(f"{name}: {describe_shed(operation.shed_plan, rate=operation.rate)}")
+        if operation.shed_plan.get("type_from") == "watched queue":
+            write("  queue type: from the watched queue's row (the management API could not be asked)")
+        if operation.last_error:
+            write(f"  note: {operation.last_error}")
+        return
     filter_text = ", ".join(f"{key}={value}" for key, value in operation.filter.items()) or "everything"
     # A dry run's plan is rolled back: it has no number anyone could look up.
     name = "Plan (dry run)" if dry_run else f"Operation #{operation.pk}"
@@ -256,6 +332,10 @@ def _confirm(command: BaseCommand, operation: Operation) -> bool:
     if operation.kind == OperationKind.PURGE:
         answer = input(f"Type 'purge {operation.total}' to delete {operation.total:,} dead letters for good: ")
         return answer.strip() == f"purge {operation.total}"
+    if operation.kind == OperationKind.SHED:
+        queue = operation.shed_plan.get("queue")
+        answer = input(f"Type 'shed {operation.total}' to scan the {operation.total:,} messages of {queue}: ")
+        return answer.strip() == f"shed {operation.total}"
     spanned = operation.broker_counts
     brokers = f" on {len(spanned)} brokers" if len(spanned) > 1 else ""
     answer = input(f"{verb.capitalize()} {operation.total:,} dead letters{brokers}? [y/N] ")

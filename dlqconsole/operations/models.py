@@ -4,6 +4,7 @@ policies."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -42,6 +43,8 @@ class OperationKind(models.TextChoices):
     ARCHIVE = "archive", "Archive"
     RESTORE = "restore", "Restore"
     EDIT_RETRY = "edit_retry", "Edit and retry"
+    # Take low-priority messages out of a live work queue into archived dead letters (shed.py).
+    SHED = "shed", "Shed"
 
 
 # What a message counts as once the operation has acted on it, for its figures ("29 replayed").
@@ -52,6 +55,7 @@ DONE_WORDS: dict[str, str] = {
     OperationKind.ARCHIVE: "archived",
     OperationKind.RESTORE: "restored",
     OperationKind.EDIT_RETRY: "replayed",
+    OperationKind.SHED: "shed",
 }
 
 # Kinds that publish to RabbitMQ (the others only change rows).
@@ -77,6 +81,8 @@ ALLOWED_STATUSES: dict[str, frozenset[str]] = {
     OperationKind.ARCHIVE: _REPLAYABLE,
     OperationKind.RESTORE: frozenset({DeadLetterStatus.ARCHIVED}),
     OperationKind.PURGE: _REPLAYABLE | {DeadLetterStatus.ARCHIVED},
+    # A shed acts on messages in a work queue, not on dead letters.
+    OperationKind.SHED: frozenset(),
 }
 DEFAULT_STATUSES: dict[str, frozenset[str]] = {
     OperationKind.RETRY: _WAITING,
@@ -85,6 +91,7 @@ DEFAULT_STATUSES: dict[str, frozenset[str]] = {
     OperationKind.ARCHIVE: _REPLAYABLE,
     OperationKind.RESTORE: frozenset({DeadLetterStatus.ARCHIVED}),
     OperationKind.PURGE: _REPLAYABLE,
+    OperationKind.SHED: frozenset(),
 }
 
 
@@ -288,8 +295,9 @@ class Operation(models.Model):
             if self.failed >= self.total:
                 return "Done: every message failed", "failed"
             return f"Done, {self.failed:,} failed", "failed"
-        if self.status == OperationStatus.DONE and self.skipped:
-            # Skipped messages were not acted on (their status had changed, another operation held them...).
+        if self.status == OperationStatus.DONE and self.skipped and self.kind != OperationKind.SHED:
+            # Skipped messages were not acted on (their status had changed, another operation held them...); a
+            # shed's skipped are the messages it left in the queue, as meant.
             if not self.succeeded:
                 return f"Done: nothing {self.done_word}, {self.skipped:,} skipped", "skipped"
             return f"Done, {self.skipped:,} skipped", self.status
@@ -408,6 +416,13 @@ class Operation(models.Model):
         return str((self.breakdown or {}).get("bindings") or "")
 
     @property
+    def shed_plan(self) -> dict[str, Any]:
+        """A shed's queue and flags, the queue as planned (depth, consumers, type, x-max-priority) and, once it ran,
+        how far its scan looked and why it stopped; {} for every other kind."""
+        found = (self.breakdown or {}).get("shed") if self.kind == OperationKind.SHED else None
+        return found if isinstance(found, dict) else {}
+
+    @property
     def broker_counts(self) -> list[tuple[str, int]]:
         """(broker, dead letters) of each broker the plan's set spans, biggest first."""
         found = (self.breakdown or {}).get("brokers") or {}
@@ -431,6 +446,9 @@ class Operation(models.Model):
 
     @property
     def target_display(self) -> str:
+        if self.kind == OperationKind.SHED:
+            on = "" if self.shed_plan.get("broker", DEFAULT) == DEFAULT else f" on broker {self.shed_plan['broker']}"
+            return f"from queue {self.shed_plan.get('queue', '')}{on}"
         on = f" on broker {self.target_broker.name}" if self.target_broker_id is not None and self.target_broker else ""
         if not on and self.kind == OperationKind.MOVE and len(self.broker_counts) > 1:
             on = " on each dead letter's own broker"

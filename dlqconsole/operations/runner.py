@@ -63,6 +63,7 @@ from dlqconsole.operations.models import (
 )
 from dlqconsole.operations.pipeline import HELD, Batch, Claimed, Lane, Read, Take, land
 from dlqconsole.operations.recording import RecordSteps
+from dlqconsole.operations.shedding import run_shed
 from dlqconsole.operations.taking import TakeSteps
 
 logger = logging.getLogger(__name__)
@@ -420,4 +421,6 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
 
 def run_operation(*, operation_id: int, continue_later: Callable[[float], None] | None = None) -> bool:
     """Run an operation in this process until it is done, paused or waiting; False if another worker holds it."""
+    if Operation.objects.filter(pk=operation_id, kind=OperationKind.SHED).exists():
+        return run_shed(operation_id=operation_id)
     return OperationRunner(operation_id, continue_later=continue_later).run()

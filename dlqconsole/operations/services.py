@@ -51,9 +51,15 @@ class OperationError(Exception):
     """An operation cannot be planned or changed as asked; the message says why, in words fit for the user."""
 
 
+# Kinds whose start asks for their number typed in: a purge deletes for good, a shed takes messages out of a live
+# queue.
+TYPED_KINDS = frozenset({OperationKind.PURGE, OperationKind.SHED})
+
+
 def required_role(kind: str) -> str:
-    """Purging deletes for good, so it needs an admin; every other kind an operator."""
-    return ADMIN if kind == OperationKind.PURGE else OPERATOR
+    """Purging deletes for good and shedding takes messages out of a live work queue, so they need an admin; every
+    other kind an operator."""
+    return ADMIN if kind in TYPED_KINDS else OPERATOR
 
 
 def check_role(actor: Actor, kind: str) -> None:
@@ -79,7 +85,9 @@ def enqueue_run(operation: Operation) -> None:
 def describe_operation(operation: Operation) -> str:
     """An operation in a few words for its audit rows: its kind, target, rate and canary."""
     parts = [operation.get_kind_display()]
-    if operation.target_display:
+    if operation.kind == OperationKind.SHED:
+        parts.append(operation.target_display)
+    elif operation.target_display:
         parts.append(f"to {operation.target_display}")
     if operation.rate:
         parts.append(f"at {operation.rate}")
@@ -122,7 +130,7 @@ def start_operation(
             f"Nothing was started: this plan was made {_minutes(timezone.now() - operation.created_at)} ago and "
             "dead letters that arrived since are not in it. Tick the box to start it anyway, or plan again."
         )
-    if operation.kind == OperationKind.PURGE and typed_count is not None:
+    if operation.kind in TYPED_KINDS and typed_count is not None:
         _check_typed_count(operation=operation, actor=actor, typed_count=typed_count)
     if require_replayable:
         _check_replayable(operation)
@@ -184,13 +192,20 @@ def _check_typed_count(*, operation: Operation, actor: Actor, typed_count: str) 
         return
     record_audit(
         actor=actor,
-        action="operation.purge.start_refused",
+        action=f"operation.{operation.kind}.start_refused",
         target=audit_target(operation),
         filter=operation.filter,
         count=total,
         detail=f"typed {typed!r} instead of {total}" if typed else "no count typed",
     )
     noun = f"{total:,} message{'' if total == 1 else 's'}"
+    if operation.kind == OperationKind.SHED:
+        queue = (operation.breakdown or {}).get("shed", {}).get("queue", "")
+        if not typed:
+            raise OperationError(f"Nothing was shed: type {total} (the messages in {queue} when planned) to confirm.")
+        raise OperationError(
+            f"Nothing was shed: you typed {typed[:40]}, but {queue} held {noun} when planned. Type {total} to confirm."
+        )
     if not typed:
         raise OperationError(f"Nothing was deleted: type {total} (the number of messages) to purge these {noun}.")
     raise OperationError(
@@ -287,7 +302,7 @@ def cancel_operation(*, operation: Operation, actor: Actor) -> Operation:
 def change_rate(*, operation: Operation, rate: str, actor: Actor) -> Operation:
     """Change the rate of an unfinished operation; a running worker applies it within a couple of seconds."""
     check_role(actor, operation.kind)
-    if operation.kind not in PUBLISHING_KINDS:
+    if operation.kind not in PUBLISHING_KINDS and operation.kind != OperationKind.SHED:
         raise OperationError(f"a {operation.kind} publishes nothing, so it takes no rate")
     rate = rate.strip()
     if rate:

@@ -46,6 +46,7 @@ from dlqconsole.operations.models import (
     eligible_statuses,
     share_text,
 )
+from dlqconsole.operations.shed_views import SHED_FIELDS
 from dlqconsole.operations.worker_watch import watch_worker
 
 HISTORY_PAGE_SIZE = 50
@@ -285,8 +286,15 @@ def _figures(operation: Operation) -> dict[str, Any]:
 
 
 def _replan_url(operation: Operation) -> str:
-    """The plan page again, with this plan's kind, filter, target and rate: a fresh snapshot of the same filter."""
+    """The plan page again, with this plan's kind, filter, target and rate: a fresh snapshot of the same filter (for
+    a shed, the shed page with its queue and flags)."""
     query = QueryDict(mutable=True)
+    if operation.kind == OperationKind.SHED:
+        for name in SHED_FIELDS:
+            value = operation.rate if name == "rate" else operation.shed_plan.get(name)
+            if value:
+                query[name] = str(value)
+        return f"{reverse('operations:shed')}?{query.urlencode()}"
     query["kind"] = operation.kind
     for name, value in (operation.filter or {}).items():
         query.setlist(name, [str(item) for item in value] if isinstance(value, list) else [str(value)])
@@ -296,6 +304,15 @@ def _replan_url(operation: Operation) -> str:
     if operation.target_broker is not None:
         query["target_broker"] = operation.target_broker.name
     return f"{reverse('operations:plan')}?{query.urlencode()}"
+
+
+def _shed_messages_url(operation: Operation) -> str:
+    """The messages page showing the dead letters a shed made (its queue, reason SHED, archived)."""
+    if operation.kind != OperationKind.SHED:
+        return ""
+    query = _filter_query(operation)
+    query["status"] = "archived"
+    return f"{reverse('deadletters:messages')}?{query.urlencode()}"
 
 
 def _filter_query(operation: Operation) -> QueryDict:
@@ -370,6 +387,9 @@ def _detail_context(operation: Operation) -> dict[str, Any]:
         "came_back": _came_back(operation) if operation.publishes else [],
         # No worker has taken it yet, or how long ago its worker wrote.
         "worker": watch_worker(operation),
+        # A shed's skipped messages are those it gave back to the queue, as meant.
+        "skipped_word": "left in the queue" if operation.kind == OperationKind.SHED else "skipped",
+        "shed_messages_url": _shed_messages_url(operation),
         "replan_url": _replan_url(operation) if planned else "",
         # An old snapshot: Start asks for a tick (checked on the server too).
         "stale_plan": planned and timezone.now() - operation.created_at > services.STALE_PLAN_AGE,
@@ -479,7 +499,7 @@ def operation_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     only with its "start it anyway" box ticked."""
     operation = get_object_or_404(Operation, pk=pk)
     require_kind_role(request.user, operation.kind)
-    typed = request.POST.get("typed_count", "") if operation.kind == OperationKind.PURGE else None
+    typed = request.POST.get("typed_count", "") if operation.kind in services.TYPED_KINDS else None
     try:
         services.start_operation(
             operation=operation,
