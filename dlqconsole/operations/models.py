@@ -193,6 +193,10 @@ class Operation(models.Model):
     # The worker running the operation writes this every few seconds; a stale one is re-queued by the sweeper.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     runner = models.CharField(max_length=64, blank=True)
+    # Waiting for a destination's circuit breaker (its items held back, no worker held): what it waits for, and when
+    # it looks again (the sweeper leaves it alone until then).
+    breaker_wait = models.CharField(max_length=1000, blank=True)
+    breaker_wait_until = models.DateTimeField(null=True, blank=True)
     # When retention removed its item rows (DLQ_FINISHED_RETENTION_DAYS after it finished), and what they said,
     # written before the first goes: {"statuses": {status: n}, "not_attempted": n, "errors": [[error, n], ...]}
     # (operations/retention.py). Its figures, filter, author and times stay on this row, the record from then on.
@@ -563,3 +567,7 @@ class SchedulerCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.position}"
+
+
+# A model of this app kept beside the logic that reads it.
+from dlqconsole.operations.breakers import BreakerSetting  # noqa: E402, F401

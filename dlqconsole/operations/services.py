@@ -235,6 +235,8 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
             succeeded_baseline=operation.succeeded,
             heartbeat_at=timezone.now(),
             last_error="",
+            breaker_wait="",
+            breaker_wait_until=None,
         )
         if not resumed:
             raise OperationError(f"operation {operation.pk} is {operation.status}; only a paused one can resume")
