@@ -111,6 +111,8 @@ class BreakerState:
     probe_granted_at: float = 0.0
     watch_until: float = 0.0
     reason: str = ""
+    # What the newest failure said (a refusal's error, a boomerang's death).
+    last_failure: str = ""
     # The thresholds last used for this destination (a run passes them; ingest, which does not know them, uses these).
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -211,7 +213,7 @@ def _record_closed(state: BreakerState, event: Event, *, now: float, config: Bre
     state.recent = state.recent[-config.ring :]
     state.last_event_at = now
     if event.kind != CONFIRM:
-        state.reason = event.reason[:MAX_REASON] or state.reason
+        state.last_failure = event.reason[:MAX_REASON]
     failed = state.recent.count("1")
     if state.streak >= config.failures:
         _open(state, now=now, config=config, why=f"{state.streak} failures in a row")
@@ -230,12 +232,12 @@ def _record_half_open(state: BreakerState, event: Event, *, now: float, config: 
     elif event.kind == NACK or (
         event.kind == BOOMERANG and (event.replayed_at is None or event.replayed_at >= state.half_open_at)
     ):
-        state.reason = event.reason[:MAX_REASON] or state.reason
+        state.last_failure = event.reason[:MAX_REASON]
         _open(state, now=now, config=config, why=f"a probe {'was refused' if event.kind == NACK else 'came back'}")
 
 
 def _open(state: BreakerState, *, now: float, config: BreakerConfig, why: str) -> None:
-    last = f"; the last: {state.reason}" if state.reason and not state.reason.startswith(why) else ""
+    last = f"; the last: {state.last_failure}" if state.last_failure else ""
     state.state = OPEN
     state.opened_at = now
     state.probe_at = now + config.cooldown
@@ -255,7 +257,7 @@ def _close(state: BreakerState) -> None:
 def close(state: BreakerState, *, now: float, config: BreakerConfig) -> None:
     """Closed by hand (an operator): replays go out at once."""
     _close(state)
-    state.reason = ""
+    state.reason = state.last_failure = ""
 
 
 def _encode(state: BreakerState) -> str:

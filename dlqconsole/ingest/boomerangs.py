@@ -9,7 +9,6 @@ instead of making every batch wait for its timeout."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 
@@ -25,19 +24,20 @@ logger = logging.getLogger(__name__)
 
 # After Redis failed, boomerangs are not reported for this long.
 QUIET_SECONDS = 30.0
-_quiet = threading.local()
+# Until when (time.monotonic()) this process reports none.
+QUIET = {"until": 0.0}
 
 
 def report_boomerangs(letters: Sequence[ParsedDeadLetter]) -> int:
     """Count the replays among `letters` (stored already) that died again within the window; how many were
     reported."""
     linked = [letter for letter in letters if letter.replayed_from]
-    if not linked or time.monotonic() < getattr(_quiet, "until", 0.0):
+    if not linked or time.monotonic() < QUIET["until"]:
         return 0
     try:
         return _report(linked)
     except Exception as error:  # noqa: BLE001  (the breakers must never stop ingest)
-        _quiet.until = time.monotonic() + QUIET_SECONDS
+        QUIET["until"] = time.monotonic() + QUIET_SECONDS
         logger.warning("boomerangs not counted by the circuit breakers for %ss: %r", QUIET_SECONDS, error)
         return 0
 

@@ -13,13 +13,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers.models import DEFAULT, Broker, default_broker_id
 from dlqconsole.core.breaker import (
     CLOSED,
@@ -194,10 +192,3 @@ def queue_breaker(*, broker: str, queue: str) -> BreakerView | None:
     key = Destination(exchange="", routing_key=queue, queue=queue, broker=broker).limit_key
     views = breaker_views([key])
     return views[0] if views and not views[0].is_closed else None
-
-
-def close_breaker(*, key: str, actor: AbstractBaseUser | AnonymousUser | None) -> BreakerState:
-    """Close a breaker by hand: waiting replays go on at once (audited)."""
-    state = get_breakers().close(key)
-    record_audit(actor=actor, action="breaker.close", target=f"breaker:{key}"[:255], detail=describe_key(key))
-    return state
