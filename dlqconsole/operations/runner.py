@@ -221,7 +221,8 @@ class OperationRunner(TakeSteps, RecordSteps, BreakerSteps, CanarySteps, ChangeS
             claimable = claimable.exclude(breaker_wait_until__gt=self._claimable_after(now))
         return bool(
             claimable.filter(Q(runner="") | Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)).update(
-                runner=self.token, heartbeat_at=now
+                # A wait for a breaker is over once the run looks again (it says so again if it must wait).
+                runner=self.token, heartbeat_at=now, breaker_wait="", breaker_wait_until=None
             )
         )
 
