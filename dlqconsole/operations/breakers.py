@@ -160,14 +160,22 @@ class BreakerView:
         return self.state.state == CLOSED
 
 
-def describe_key(key: str) -> str:
-    """A breaker key as pages show a destination ("queue:orders" → "queue orders", on its broker)."""
+def split_key(key: str) -> tuple[str, str]:
+    """(broker name, queue) of a breaker key; the queue is "" for an exchange and routing key."""
     broker = DEFAULT
     if key.startswith("broker:"):
         broker, _, key = key.removeprefix("broker:").partition(":")
     kind, _, name = key.partition(":")
-    text = f"queue {name}" if kind == "queue" else f"exchange {name.replace('/', ' / ', 1)}"
-    return on_broker(broker, text)
+    return broker, name if kind == "queue" else ""
+
+
+def describe_key(key: str) -> str:
+    """A breaker key as pages show a destination ("queue:orders" → "queue orders", on its broker)."""
+    broker, queue = split_key(key)
+    if queue:
+        return on_broker(broker, f"queue {queue}")
+    name = key.split("exchange:", 1)[-1]
+    return on_broker(broker, f"exchange {name.replace('/', ' / ', 1)}")
 
 
 def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = None) -> list[BreakerView]:

@@ -222,7 +222,10 @@ class OperationRunner(TakeSteps, RecordSteps, BreakerSteps, CanarySteps, ChangeS
         return bool(
             claimable.filter(Q(runner="") | Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)).update(
                 # A wait for a breaker is over once the run looks again (it says so again if it must wait).
-                runner=self.token, heartbeat_at=now, breaker_wait="", breaker_wait_until=None
+                runner=self.token,
+                heartbeat_at=now,
+                breaker_wait="",
+                breaker_wait_until=None,
             )
         )
 

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dlqconsole.operations import views
+from dlqconsole.operations import breaker_views, views
 
 app_name = "operations"
 urlpatterns = [
     path("", views.operations_list, name="list"),
     path("plan/", views.operation_plan, name="plan"),
+    path("breakers/close/", breaker_views.breaker_close, name="breaker-close"),
     path("retry-message/<int:pk>/", views.message_retry, name="retry-message"),
     path("<int:pk>/", views.operation_detail, name="detail"),
     path("<int:pk>/start/", views.operation_start, name="start"),
