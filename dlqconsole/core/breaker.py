@@ -320,6 +320,19 @@ class Breakers(ABC):
         advance(state, now=clock, config=config or _stored_config(state))
         return state
 
+    def peek_many(
+        self, keys: list[str], *, config_for: Callable[[str], BreakerConfig], now: float | None = None
+    ) -> dict[str, BreakerState]:
+        """The states of `keys` as of now, in one read (pages, /metrics, alerts)."""
+        states, clock = self._read_many(keys, now=now)
+        for key, state in states.items():
+            advance(state, now=clock, config=config_for(key))
+        return states
+
+    def _read_many(self, keys: list[str], *, now: float | None) -> tuple[dict[str, BreakerState], float]:
+        clock = self.clock() if now is None else float(now)
+        return {key: self._read(key, now=clock)[0] for key in keys}, clock
+
     @abstractmethod
     def _change(
         self, key: str, step: Callable[[BreakerState, float], Any], *, now: float | None
@@ -402,6 +415,19 @@ class RedisBreakers(Breakers):
         except UNAVAILABLE_ERRORS as error:
             raise BreakerUnavailable(f"circuit breakers unavailable: {error}") from error
         return _decode(raw) if key else BreakerState(), seconds + micros / 1e6 if now is None else float(now)
+
+    def _read_many(self, keys: list[str], *, now: float | None) -> tuple[dict[str, BreakerState], float]:
+        if not keys:
+            return {}, self.clock() if now is None else float(now)
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.mget([self.prefix + "state:" + key for key in keys])
+                pipe.time()
+                raws, (seconds, micros) = pipe.execute()
+        except UNAVAILABLE_ERRORS as error:
+            raise BreakerUnavailable(f"circuit breakers unavailable: {error}") from error
+        clock = seconds + micros / 1e6 if now is None else float(now)
+        return {key: _decode(raw) for key, raw in zip(keys, raws, strict=True)}, clock
 
     def keys(self) -> list[str]:
         index = self.prefix + INDEX_SUFFIX

@@ -184,9 +184,9 @@ def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = 
     thresholds = Thresholds()
     try:
         wanted = breakers.keys() if keys is None else keys
+        states = breakers.peek_many(wanted, config_for=thresholds.for_key)
         views = []
-        for key in wanted:
-            state = breakers.peek(key, config=thresholds.for_key(key))
+        for key, state in states.items():
             at = state.retry_at(thresholds.for_key(key))
             views.append(BreakerView(key, describe_key(key), state, epoch_time(at) if at else None))
     except BreakerUnavailable as error:

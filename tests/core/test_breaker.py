@@ -263,3 +263,18 @@ def test_unreachable_redis_raises_breaker_unavailable() -> None:
         breakers.allow("queue:orders", 1, config=CONFIG)
     with pytest.raises(BreakerUnavailable):
         breakers.record("queue:orders", events(NACK))
+
+
+def test_many_states_are_read_at_once_as_of_now(breakers: Breakers) -> None:
+    open_breaker(breakers, "queue:orders")
+    breakers.record("queue:payments", events(CONFIRM), config=CONFIG, now=T)
+
+    states = breakers.peek_many(
+        ["queue:orders", "queue:payments", "queue:unknown"], config_for=lambda key: CONFIG, now=T + 31
+    )
+
+    assert {key: state.state for key, state in states.items()} == {
+        "queue:orders": HALF_OPEN,
+        "queue:payments": CLOSED,
+        "queue:unknown": CLOSED,
+    }
