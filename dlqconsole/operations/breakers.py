@@ -125,7 +125,8 @@ class Thresholds:
     def for_key(self, key: str) -> BreakerConfig:
         with self._lock:
             if time.monotonic() - self._read_at >= CONFIG_SECONDS:
-                self._by_key = {row.destination.limit_key: row.config for row in BreakerSetting.objects.all()}
+                rows = BreakerSetting.objects.select_related("broker")
+                self._by_key = {row.destination.limit_key: row.config for row in rows}
                 self._read_at = time.monotonic()
             return self._by_key.get(key) or BreakerConfig.from_settings()
 
