@@ -380,7 +380,7 @@ def test_every_action_is_in_the_schema(api_for: ApiFor, viewer: User) -> None:
     }
 
 
-def test_an_operation_waiting_for_a_circuit_breaker_says_what_for(api_for: ApiFor, viewer: User, operator: User) -> None:
+def test_an_operation_waiting_for_a_breaker_says_what_for(api_for: ApiFor, viewer: User, operator: User) -> None:
     until = timezone.now() + dt.timedelta(seconds=40)
     operation = Operation.objects.create(
         kind="retry",
