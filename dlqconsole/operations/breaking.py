@@ -31,7 +31,7 @@ from dlqconsole.core.breaker import (
 from dlqconsole.core.publish import CONFIRMED, NACKED, Message, Outcome
 from dlqconsole.operations.breakers import epoch_time, waiting_text
 from dlqconsole.operations.destinations import Destination
-from dlqconsole.operations.models import Operation
+from dlqconsole.operations.models import ACTIVE_STATUSES, Operation
 from dlqconsole.operations.pipeline import HELD, Claimed
 from dlqconsole.operations.run_state import RunState
 
@@ -135,8 +135,11 @@ class BreakerSteps(RunState):
 
     def _wait_for_breakers(self) -> bool:
         """Everything else is done and items wait for breakers: go again if one lets messages go now; else wait for
-        the first to probe (the task schedules itself again and stops here; --inline sleeps)."""
+        the first to probe (the task schedules itself again and stops here; --inline sleeps). An operation whose
+        replays came back too often pauses itself first: that needs a person, not a wait."""
         self._settle()
+        if self._returned_too_often():
+            return True
         waiting = dict(self.breaker_held)
         states: dict[str, BreakerState] = {}
         try:
@@ -166,10 +169,16 @@ class BreakerSteps(RunState):
             return True
         while (left := until - time.time()) > 0:
             time.sleep(min(left, TICK_SECONDS))
-            if not self._heartbeat():
+            if not self._heartbeat() or self._returned_too_often(force=False):
                 return True
         self._go_on()
         return True
+
+    def _returned_too_often(self, *, force: bool = True) -> bool:
+        """Look for returns (canary.py), which pauses the operation when too many came back; True when it paused."""
+        self._check_returns(force=force)
+        status = Operation.objects.filter(pk=self.operation_id).values_list("status", flat=True).first()
+        return status not in ACTIVE_STATUSES
 
     def _go_on(self) -> None:
         """Read every item passed over again."""

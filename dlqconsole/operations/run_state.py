@@ -115,6 +115,10 @@ class RunState:
         """File outcomes under their batches (runner.py)."""
         raise NotImplementedError
 
+    def _check_returns(self, *, force: bool, may_pause: bool = True) -> int:
+        """Count the replays that came back, pausing on too many (canary.py)."""
+        raise NotImplementedError
+
     def _heartbeat(self) -> bool:
         """Keep the claim alive; False when the operation was paused, cancelled, finished or taken over."""
         if not Operation.objects.filter(pk=self.operation_id, runner=self.token).update(heartbeat_at=timezone.now()):

@@ -244,7 +244,8 @@ def test_ingest_goes_on_when_the_breakers_cannot_be_reached(
     assert wait_for_depth(channel, orders, 1) == 1
     kill_on_broker(channel, orders, 1)
     assert wait_for_depth(channel, orders + ".dlq", 1) == 1
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    # A Redis nobody listens on.
+    monkeypatch.setattr(boomerangs, "get_breakers", lambda: RedisBreakers("redis://127.0.0.1:1/0", timeout=1.0))
     monkeypatch.setitem(boomerangs.QUIET, "until", 0.0)
 
     with django_capture_on_commit_callbacks(execute=True):
