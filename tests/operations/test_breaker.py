@@ -28,6 +28,7 @@ from dlqconsole.core.breaker import (
 )
 from dlqconsole.deadletters.models import DeadLetter
 from dlqconsole.ingest import boomerangs
+from dlqconsole.operations import run_state
 from dlqconsole.operations.destinations import retry_destination
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
@@ -262,3 +263,19 @@ def test_only_an_admin_closes_a_breaker_by_hand(operator, queue_name):
     with pytest.raises(PermissionDenied):
         close_breaker(key=key, actor=operator)
     assert get_breakers().peek(key).state == OPEN
+
+
+def test_when_the_breakers_cannot_be_reached_replays_go_on(channel, queue_name, operator, monkeypatch, caplog):
+    orders = queue_name("orders")
+    dead_letters(channel, orders, 3)
+    unreachable = RedisBreakers("redis://127.0.0.1:1/0", timeout=1.0)
+    monkeypatch.setattr(run_state, "get_breakers", lambda: unreachable)
+    operation = plan_operation(kind=OperationKind.RETRY, filter={"queue": [orders]}, actor=operator)
+    start_operation(operation=operation, actor=operator)
+
+    run_operation(operation_id=operation.pk, continue_later=lambda seconds: None)
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded) == ("done", 3)
+    assert wait_for_depth(channel, orders, 3) == 3
+    assert "circuit breakers unavailable" in caplog.text
