@@ -4,8 +4,11 @@ States:
 - closed: replays go out. Each outcome is remembered in a short ring of recent ones (`recent`, "0" for a confirm,
   "1" for a failure, oldest first): a broker refusal (nack) adds a failure; a boomerang (a replay that died again
   within `window` seconds, reported by ingest) turns the newest success into a failure, since it is a replay that
-  was confirmed and then came back (with no success left, it adds one). It opens after `failures` failures at the
-  end of the ring ("in a row"), or when at least `min_sample` outcomes are remembered and `share` of them failed.
+  was confirmed and then came back. A boomerang that comes before its confirm is reported (the run reports confirms
+  a batch later) is owed (`owed`): it counts as a failure at the end of the ring, and the confirm that comes next
+  is recorded as that failure, so a replay is one outcome however its news arrive. It opens after `failures`
+  failures at the end of the ring ("in a row"), or when at least `min_sample` outcomes are remembered and `share`
+  of them failed.
   A ring idle for `window` seconds is forgotten. An unroutable return is a configuration error of that item, not a
   sign the destination is failing: it is not reported here.
 - open: nothing goes out until `probe_at` (opened + `cooldown`); outcomes that still arrive are ignored.
@@ -101,6 +104,7 @@ class BreakerConfig:
 class BreakerState:
     state: str = CLOSED
     recent: str = ""
+    owed: int = 0
     last_event_at: float = 0.0
     opened_at: float = 0.0
     probe_at: float = 0.0
@@ -117,8 +121,14 @@ class BreakerState:
     config: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def outcomes(self) -> str:
+        """The recent outcomes with the owed boomerangs at their end."""
+        return self.recent + "1" * self.owed
+
+    @property
     def streak(self) -> int:
-        return len(self.recent) - len(self.recent.rstrip("1"))
+        outcomes = self.outcomes
+        return len(outcomes) - len(outcomes.rstrip("1"))
 
     @property
     def label(self) -> str:
@@ -171,8 +181,8 @@ def advance(state: BreakerState, *, now: float, config: BreakerConfig) -> None:
             state.probe_out = 0
         if state.probe_confirmed and not state.probe_out and now >= state.watch_until:
             _close(state)
-    if state.state == CLOSED and state.recent and now - state.last_event_at > config.window:
-        state.recent = ""
+    if state.state == CLOSED and state.outcomes and now - state.last_event_at > config.window:
+        state.recent, state.owed = "", 0
 
 
 def allow(state: BreakerState, wanted: int, *, now: float, config: BreakerConfig) -> int:
@@ -201,24 +211,31 @@ def record(state: BreakerState, events: Iterable[Event], *, now: float, config: 
 
 
 def _record_closed(state: BreakerState, event: Event, *, now: float, config: BreakerConfig) -> None:
-    if event.kind == CONFIRM:
+    if event.kind == CONFIRM and state.owed:
+        state.owed -= 1
+        state.recent += "1"
+    elif event.kind == CONFIRM:
         state.recent += "0"
     elif event.kind == NACK:
         state.recent += "1"
     elif event.kind == BOOMERANG:
         newest = state.recent.rfind("0")
-        state.recent = state.recent[:newest] + "1" + state.recent[newest + 1 :] if newest >= 0 else state.recent + "1"
+        if newest >= 0:
+            state.recent = state.recent[:newest] + "1" + state.recent[newest + 1 :]
+        else:
+            state.owed = min(state.owed + 1, config.ring)
     else:
         return
     state.recent = state.recent[-config.ring :]
     state.last_event_at = now
     if event.kind != CONFIRM:
         state.last_failure = event.reason[:MAX_REASON]
-    failed = state.recent.count("1")
+    outcomes = state.outcomes[-config.ring :]
+    failed = outcomes.count("1")
     if state.streak >= config.failures:
         _open(state, now=now, config=config, why=f"{state.streak} failures in a row")
-    elif len(state.recent) >= config.min_sample and failed >= config.share * len(state.recent):
-        _open(state, now=now, config=config, why=f"{failed} of the last {len(state.recent)} replays failed")
+    elif len(outcomes) >= config.min_sample and failed >= config.share * len(outcomes):
+        _open(state, now=now, config=config, why=f"{failed} of the last {len(outcomes)} replays failed")
 
 
 def _record_half_open(state: BreakerState, event: Event, *, now: float, config: BreakerConfig) -> None:
@@ -241,7 +258,7 @@ def _open(state: BreakerState, *, now: float, config: BreakerConfig, why: str) -
     state.state = OPEN
     state.opened_at = now
     state.probe_at = now + config.cooldown
-    state.recent = ""
+    state.recent, state.owed = "", 0
     state.probe_left = state.probe_out = state.probe_confirmed = 0
     state.watch_until = 0.0
     state.reason = f"{why}{last}"[:MAX_REASON]
@@ -249,7 +266,7 @@ def _open(state: BreakerState, *, now: float, config: BreakerConfig, why: str) -
 
 def _close(state: BreakerState) -> None:
     state.state = CLOSED
-    state.recent = ""
+    state.recent, state.owed = "", 0
     state.probe_left = state.probe_out = state.probe_confirmed = 0
     state.watch_until = 0.0
 

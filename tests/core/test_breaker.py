@@ -102,9 +102,25 @@ def test_boomerangs_turn_confirmed_replays_into_failures(breakers: Breakers) -> 
     assert state.reason == "5 failures in a row; the last: a replay came back (rejected)"
 
 
-def test_a_boomerang_with_no_confirm_to_turn_counts_as_a_failure(breakers: Breakers) -> None:
+def test_a_boomerang_before_its_confirm_counts_once(breakers: Breakers) -> None:
+    # Ingest was faster than the run's report of the confirms: the boomerangs count as failures already...
     state = breakers.record("queue:orders", events(BOOMERANG, BOOMERANG), config=CONFIG, now=T)
-    assert state.recent == "11"
+    assert (state.recent, state.owed, state.streak) == ("", 2, 2)
+
+    # ...and the confirms that come next are those failures, not successes beside them.
+    state = breakers.record("queue:orders", events(CONFIRM, CONFIRM, CONFIRM), config=CONFIG, now=T + 1)
+    assert (state.recent, state.owed, state.streak) == ("110", 0, 0)
+
+
+def test_a_replay_is_one_outcome_however_its_news_arrive(breakers: Breakers) -> None:
+    # Ten replays, all of which came back, half before their confirms were reported: ten failures, not twenty outcomes.
+    config = BreakerConfig(failures=100, share=0.5, min_sample=20, cooldown=30, probe=5, watch=60, window=300)
+    breakers.record("queue:orders", events(*[BOOMERANG] * 5), config=config, now=T)
+    breakers.record("queue:orders", events(*[CONFIRM] * 10), config=config, now=T)
+
+    state = breakers.record("queue:orders", events(*[BOOMERANG] * 5), config=config, now=T)
+
+    assert (state.state, state.recent, state.owed) == (CLOSED, "1" * 10, 0)
 
 
 def test_recent_outcomes_are_forgotten_after_a_quiet_window(breakers: Breakers) -> None:

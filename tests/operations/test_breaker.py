@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -21,7 +20,6 @@ from dlqconsole.core.breaker import (
     OPEN,
     BreakerConfig,
     Event,
-    LocalBreakers,
     RedisBreakers,
     destination_key,
     get_breakers,
@@ -37,24 +35,6 @@ from dlqconsole.operations.upkeep import requeue_stale_operations
 from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
-
-
-def forget_test_breakers() -> None:
-    """Delete the breaker states of this run's test queues (named t<hex>.<name>): an open breaker never expires, and
-    the default alert rule would fire for it in later tests."""
-    breakers = get_breakers()
-    if isinstance(breakers, RedisBreakers):
-        states = list(breakers.client.scan_iter(match=f"{breakers.prefix}state:*queue:t??????????.*"))
-        if states:
-            breakers.client.delete(*states)
-    elif isinstance(breakers, LocalBreakers):
-        breakers.states.clear()
-
-
-@pytest.fixture(autouse=True)
-def _forget_breakers() -> Iterator[None]:
-    yield
-    forget_test_breakers()
 
 
 def dead_letters(channel: Any, queue: str, count: int) -> list[DeadLetter]:

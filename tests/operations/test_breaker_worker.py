@@ -27,7 +27,6 @@ from dlqconsole.operations import policies
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus, RetryPolicy
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import start_operation
-from tests.operations.test_breaker import forget_test_breakers
 from tests.support import declare_with_dlq, ingest_from, kill_on_broker, wait_for, wait_for_depth, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,12 +81,6 @@ def ingest_loop(dlq: str, stop: threading.Event) -> None:
     finally:
         connection.close()
         db_connection.close()
-
-
-@pytest.fixture(autouse=True)
-def _forget_breakers() -> Iterator[None]:
-    yield
-    forget_test_breakers()
 
 
 @pytest.fixture
