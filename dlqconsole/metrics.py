@@ -35,6 +35,7 @@ from dlqconsole.alerts.models import (
     Severity,
 )
 from dlqconsole.brokers.models import DEFAULT, Broker
+from dlqconsole.core.breaker import STATE_VALUES
 from dlqconsole.deadletters.models import (
     DeadLetter,
     DeadLetterCount,
@@ -44,12 +45,15 @@ from dlqconsole.deadletters.models import (
     PatternStatus,
 )
 from dlqconsole.ingest.models import IngestStat, QueueSample, WatchedQueue
+from dlqconsole.operations.breakers import BreakerSetting, breaker_views
 from dlqconsole.operations.models import FINISHED_STATUSES, Operation
 
 logger = logging.getLogger(__name__)
 
 OTHER = "other"
 MAX_OPERATIONS = 20
+# Breakers labelled at most (open ones first).
+MAX_BREAKERS = 200
 
 # A queue: (broker id, queue name). Every series labelled by queue is labelled by its broker too, so that the same
 # queue name on two brokers is two series.
@@ -109,6 +113,12 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "gauge",
         "Messages an unfinished operation has still to handle.",
         ("operation", "kind", "status"),
+    ),
+    "dlq_breaker_state": (
+        "gauge",
+        "Circuit breaker of a replay destination: 0 closed, 1 half-open (probing), 2 open. The destination is its key:"
+        " queue:NAME or exchange:NAME/ROUTING_KEY, prefixed broker:NAME: off the default broker.",
+        ("destination",),
     ),
     "dlq_alerts": ("gauge", "Open alerts of the console's rules, by severity and status.", ("severity", "status")),
     "dlq_alert_evaluation_timestamp_seconds": ("gauge", "When the alert rules were last evaluated.", ()),
@@ -190,6 +200,7 @@ def fill(families: Families, *, now: dt.datetime) -> None:
     _patterns(families)
     _ingest(families, label=label)
     _operations(families)
+    _breakers(families)
     _alerts(families)
     _queues(families, label=label, now=now)
 
@@ -300,6 +311,18 @@ def _operations(families: Families) -> None:
         labels = (str(operation.pk), operation.kind, operation.status)
         families.add("dlq_operation_progress_ratio", operation.progress, *labels)
         families.add("dlq_operation_remaining_messages", operation.remaining, *labels)
+
+
+def _breakers(families: Families) -> None:
+    """Every breaker with a state (they expire a while after closing) and every destination set in the admin."""
+    views = {view.key: view for view in breaker_views()}
+    configured = sorted({row.destination.limit_key for row in BreakerSetting.objects.select_related("broker")})
+    for key in configured:
+        if key not in views:
+            views.update({view.key: view for view in breaker_views([key])})
+    shown = sorted(views.values(), key=lambda view: (view.is_closed, view.key))[:MAX_BREAKERS]
+    for view in shown:
+        families.add("dlq_breaker_state", STATE_VALUES.get(view.state.state, 0), view.key)
 
 
 def _alerts(families: Families) -> None:

@@ -421,21 +421,31 @@ DLQ_FINISHED_RETENTION_DAYS = env_int("DLQ_FINISHED_RETENTION_DAYS", 14, minimum
 DLQ_SEARCH_BODY_BYTES = env_int("DLQ_SEARCH_BODY_BYTES", 4096, minimum=0, maximum=64 * 1024)
 # Operations (bulk retry / move / archive / restore / purge): dead letters per chunk (at most this many are in
 # flight, so at most this many can be published twice if a worker dies), unconfirmed publishes in the window,
-# seconds without a heartbeat before the sweeper hands an operation to another worker, failed publishes in a row
-# that trip the circuit breaker, and the share of replays coming back to a DLQ that pauses an operation.
+# seconds without a heartbeat before the sweeper hands an operation to another worker, and the share of replays
+# coming back to a DLQ that pauses an operation.
 DLQ_OPERATION_CHUNK_SIZE = env_int("DLQ_OPERATION_CHUNK_SIZE", 2000, minimum=1)
 DLQ_PUBLISH_WINDOW = env_int("DLQ_PUBLISH_WINDOW", 1000, minimum=1)
 # The rate a retry or move planned on the pages starts with (the operator may change or clear it): a service that
 # just came back is not flooded by default. Empty: no limit.
 DLQ_DEFAULT_REPLAY_RATE = env_str("DLQ_DEFAULT_REPLAY_RATE", "100/1s")
 DLQ_OPERATION_STALE_SECONDS = env_int("DLQ_OPERATION_STALE_SECONDS", 60, minimum=1)
-DLQ_OPERATION_BREAKER_FAILURES = env_int("DLQ_OPERATION_BREAKER_FAILURES", 50, minimum=1)
 DLQ_OPERATION_MAX_RETURN_SHARE = env_float("DLQ_OPERATION_MAX_RETURN_SHARE", 0.2, minimum=0.0)
 DLQ_CANARY_WAIT_SECONDS = env_int("DLQ_CANARY_WAIT_SECONDS", 60, minimum=0)
 # Shed (operations/shedding.py): the messages a scan holds unacked at most while it looks deeper into a queue (its
 # prefetch window; AMQP's prefetch count stops at 65535), and the seconds without a delivery that end a scan.
 DLQ_SHED_HOLD = env_int("DLQ_SHED_HOLD", 10000, minimum=1, maximum=65000)
 DLQ_SHED_IDLE_SECONDS = env_int("DLQ_SHED_IDLE_SECONDS", 2, minimum=1, maximum=3600)
+# The circuit breaker of each replay destination (core/breaker.py; per destination in the admin): it opens after
+# this many refusals or boomerangs in a row, or when this share of at least the minimum sample of recent outcomes
+# failed; stays open for the cool-down; then lets a probe of this many messages out and closes when none comes back
+# within the watch. A replay that dies again within the window after it was sent is a boomerang.
+DLQ_BREAKER_FAILURES = env_int("DLQ_BREAKER_FAILURES", 20, minimum=1, maximum=1000)
+DLQ_BREAKER_FAILURE_SHARE = env_float("DLQ_BREAKER_FAILURE_SHARE", 0.5, minimum=0.01, maximum=1.0)
+DLQ_BREAKER_MIN_SAMPLE = env_int("DLQ_BREAKER_MIN_SAMPLE", 20, minimum=1, maximum=1000)
+DLQ_BREAKER_COOLDOWN_SECONDS = env_int("DLQ_BREAKER_COOLDOWN_SECONDS", 60, minimum=1)
+DLQ_BREAKER_PROBE_SIZE = env_int("DLQ_BREAKER_PROBE_SIZE", 5, minimum=1, maximum=1000)
+DLQ_BREAKER_WATCH_SECONDS = env_int("DLQ_BREAKER_WATCH_SECONDS", 60, minimum=1)
+DLQ_BREAKER_WINDOW_SECONDS = env_int("DLQ_BREAKER_WINDOW_SECONDS", 300, minimum=1)
 
 # Application headers (matched without regard to case) read for the error type, message, stack trace, host
 # and version, in order of preference.

@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
+import redis
 import time_machine
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -24,6 +25,7 @@ from django.test import Client
 
 from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
+from dlqconsole.core.breaker import LocalBreakers, RedisBreakers, get_breakers
 from tests.factories import UserFactory
 from tests.support import Vhost, Worker, vhost_broker, worker_environment
 
@@ -75,6 +77,21 @@ def _one_consumer_process(settings: Any) -> None:
     """consume_dlq called in the test process runs its consumer in that process (forking pytest would copy its
     database connections); consume_dlq started as a subprocess keeps its default, several processes."""
     settings.DLQ_CONSUMER_PROCESSES = 1
+
+
+@pytest.fixture(autouse=True)
+def _breakers_forgotten() -> Iterator[None]:
+    """No test leaves a circuit breaker behind: an open one never expires, and the default alert rule would fire
+    for it in the tests after."""
+    yield
+    breakers = get_breakers()
+    if isinstance(breakers, LocalBreakers):
+        breakers.states.clear()
+    elif isinstance(breakers, RedisBreakers):
+        with contextlib.suppress(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            states = list(breakers.client.scan_iter(match=f"{breakers.prefix}*"))
+            if states:
+                breakers.client.delete(*states)
 
 
 @pytest.fixture

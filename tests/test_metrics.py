@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, Channel
 from dlqconsole.brokers.models import Broker
+from dlqconsole.core.breaker import NACK, BreakerConfig, Event, get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from dlqconsole.metrics import DeadLetterCollector, register_collector
+from dlqconsole.operations.breakers import BreakerSetting
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from tests.alerts.conftest import settle
 from tests.factories import ParsedDeadLetterFactory, parked, rule, store
@@ -339,3 +342,17 @@ def test_the_cap_counts_broker_and_queue_pairs_and_sums_the_rest_per_broker(clie
         dict(key)["queue"] for name, key in samples if name == "dlq_dead_letters" and ("broker", "staging") in key
     }
     assert staging_queues == {"other"}
+
+
+def test_breaker_states_by_destination(client: Client) -> None:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    breakers = get_breakers()
+    breakers.record(f"queue:{name}", [Event(NACK)] * 50, config=BreakerConfig.from_settings())
+    BreakerSetting.objects.create(queue=f"{name}-quiet")
+    try:
+        samples = scrape(client)
+    finally:
+        breakers.close(f"queue:{name}")
+
+    assert samples[("dlq_breaker_state", (("destination", f"queue:{name}"),))] == 2
+    assert samples[("dlq_breaker_state", (("destination", f"queue:{name}-quiet"),))] == 0

@@ -15,14 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 
 from dlqconsole.alerts.facts import Baseline, Facts, PatternFacts, QueueKey, queue_key
 from dlqconsole.alerts.models import AlertRule, RuleKind, Severity
 from dlqconsole.alerts.subjects import pattern_growth_key, pattern_subject, subject_pattern_id
 from dlqconsole.core.bidi import isolate
+from dlqconsole.core.breaker import STATE_VALUES
 from dlqconsole.deadletters.models import PatternStatus
 from dlqconsole.ingest.models import WatchedQueue
+from dlqconsole.operations.breakers import breaker_views, split_key
 
 # Facts and PatternFacts are read from here too (the benchmarks, the tests).
 __all__ = ["EVALUATORS", "Facts", "Observation", "PatternFacts", "RuleResult", "evaluate", "prefetch"]
@@ -359,6 +362,30 @@ def operation_paused(rule: AlertRule, facts: Facts) -> RuleResult:
     return result
 
 
+def breaker_open(rule: AlertRule, facts: Facts) -> RuleResult:
+    """A replay destination whose circuit breaker is open or half-open (probing). A rule scoped to a broker or a
+    queue looks at the breakers of that broker, or of that queue (its work queue, or the DLQ it feeds)."""
+    result = RuleResult()
+    scope_broker = facts.broker_name(rule.broker_id) if rule.broker_id is not None else None
+    for view in breaker_views():
+        if view.is_closed:
+            continue
+        broker, queue = split_key(view.key)
+        if scope_broker is not None and broker != scope_broker:
+            continue
+        if rule.queue and rule.queue not in (queue, f"{queue}.dlq"):
+            continue
+        when = f"probing at {timezone.localtime(view.retry_at):%H:%M:%S %Z}" if view.retry_at else "probing"
+        reason = isolate(view.state.reason or "failures")
+        result.holding[f"breaker:{view.key}"] = Observation(
+            label=view.destination,
+            value=STATE_VALUES.get(view.state.state, 0),
+            summary=f"Circuit {view.label} for {view.destination}: {reason}; replays into it wait ({when}).",
+            link=safe_reverse("operations:list"),
+        )
+    return result
+
+
 EVALUATORS: dict[str, Callable[[AlertRule, Facts], RuleResult]] = {
     RuleKind.DLQ_NOT_EMPTY: dlq_not_empty,
     RuleKind.DLQ_GROWTH: dlq_growth,
@@ -367,6 +394,7 @@ EVALUATORS: dict[str, Callable[[AlertRule, Facts], RuleResult]] = {
     RuleKind.PATTERN_REOPENED: pattern_reopened,
     RuleKind.OLDEST_AGE: oldest_age,
     RuleKind.OPERATION_PAUSED: operation_paused,
+    RuleKind.BREAKER_OPEN: breaker_open,
 }
 
 

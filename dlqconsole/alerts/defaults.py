@@ -46,6 +46,7 @@ DEFAULT_RULES: list[dict[str, Any]] = [
         "severity": "warning",
     },
     {"name": "Operation paused automatically", "kind": "operation_paused", "for_seconds": 0, "severity": "critical"},
+    {"name": "Circuit breaker open", "kind": "breaker_open", "for_seconds": 0, "severity": "critical"},
 ]
 
 

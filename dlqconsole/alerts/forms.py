@@ -84,6 +84,8 @@ KIND_HELP = {
     RuleKind.PATTERN_REOPENED: "Fires when a resolved failure pattern comes back within the window.",
     RuleKind.OLDEST_AGE: "Fires when the oldest parked dead letter has waited longer than the age.",
     RuleKind.OPERATION_PAUSED: "Fires when a retry or move operation pauses itself (canary, boomerangs, errors).",
+    RuleKind.BREAKER_OPEN: "Fires when the circuit breaker of a replay destination opens (refusals or boomerangs): "
+    "replays into it wait until its probe stays away. Resolves when it closes.",
 }
 THRESHOLD_HELP = {
     RuleKind.DLQ_NOT_EMPTY: "Dead letters waiting: fires above this many (0: the first one). Empty: 0.",
@@ -101,6 +103,7 @@ KIND_DEFAULTS: dict[str, dict[str, str]] = {
     RuleKind.PATTERN_REOPENED: {"window_seconds": "1h", "for_seconds": "0"},
     RuleKind.OLDEST_AGE: {"age": "1d", "for_seconds": "0"},
     RuleKind.OPERATION_PAUSED: {"for_seconds": "0"},
+    RuleKind.BREAKER_OPEN: {"for_seconds": "0"},
 }
 # The form's sections, in order: (title, fields).
 RULE_SECTIONS = [

@@ -41,6 +41,7 @@ class RuleKind(models.TextChoices):
     PATTERN_REOPENED = "pattern_reopened", "Resolved pattern reopened"
     OLDEST_AGE = "oldest_age", "Oldest dead letter too old"
     OPERATION_PAUSED = "operation_paused", "Operation paused automatically"
+    BREAKER_OPEN = "breaker_open", "Circuit breaker open"
 
 
 # What a rule's threshold means, per kind, and its default when the rule leaves it empty. Queue depth has no
@@ -53,6 +54,7 @@ THRESHOLD_DEFAULTS: dict[str, float | None] = {
     RuleKind.PATTERN_REOPENED: None,
     RuleKind.OLDEST_AGE: 24 * 3600,
     RuleKind.OPERATION_PAUSED: None,
+    RuleKind.BREAKER_OPEN: None,
 }
 THRESHOLD_HELP = {
     RuleKind.DLQ_NOT_EMPTY: "Fires when more than this many dead letters wait (0: the first one).",

@@ -45,6 +45,7 @@ from dlqconsole.core.durations import format_duration
 from dlqconsole.core.views import HtmxHttpRequest, keyset_page, parse_id, partial_template, safe_next
 from dlqconsole.deadletters.templatetags.charts import stamp
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
+from dlqconsole.operations.breaker_views import breaker_context
 
 HISTORY_PAGE = 50
 FINAL_NOTIFICATION_STATUSES = (
@@ -315,6 +316,7 @@ def queue_list(request: HtmxHttpRequest) -> HttpResponse:
         "chosen": chosen,
         "unknown_broker": registry.unknown_broker_notice(asked, known),
         "refresh_url": _filtered_url("alerts:queues", {"broker": chosen} if chosen else {}),
+        **breaker_context(request),
     }
     return render(request, partial_template(request, "alerts/queues.html", "queues"), context)
 

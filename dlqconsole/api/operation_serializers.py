@@ -318,6 +318,8 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
             "canary",
             "pause_reason",
             "paused_automatically",
+            "breaker_wait",
+            "breaker_wait_until",
             "last_error",
             "created_by",
             "created_at",
@@ -328,6 +330,11 @@ class OperationSerializer(Links, serializers.ModelSerializer):  # type: ignore[t
         read_only_fields = fields
         extra_kwargs = {
             "total": {"help_text": "Dead letters in the plan (frozen when it was made)."},
+            "breaker_wait": {
+                "help_text": "What it waits for while a destination's circuit breaker is open (its task comes back "
+                "by itself); empty when it waits for none."
+            },
+            "breaker_wait_until": {"help_text": "When it looks at that breaker again; null when it waits for none."},
             "items_removed_at": {
                 "help_text": "When retention removed its per-message rows (DLQ_FINISHED_RETENTION_DAYS after it "
                 "finished); null while they are kept. Its figures stay as its summary."

@@ -23,6 +23,7 @@ end of its transaction. New fingerprints are filed before the transaction, in on
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import secrets
@@ -43,6 +44,7 @@ from dlqconsole.deadletters.counters import count_arrivals
 from dlqconsole.deadletters.grouping import assign_patterns, file_ahead
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason
 from dlqconsole.deadletters.search import fallback_name, search_text
+from dlqconsole.ingest.boomerangs import report_boomerangs
 from dlqconsole.ingest.envelope import ParsedDeadLetter
 from dlqconsole.ingest.models import IngestStat, WatchedQueue
 
@@ -128,6 +130,9 @@ def ingest_batch(*, letters: Sequence[ParsedDeadLetter], now: dt.datetime | None
         # Some of these dead letters are stored already (redelivered after a crash, identical to a stored one, or
         # written by a concurrent consumer): do the batch again the slower way that looks first.
         inserted = _store(letters, batch, now=now, direct=False)
+    if any(letter.replayed_from for letter in inserted):
+        # Boomerangs count against their destination's circuit breaker once they are stored for good.
+        transaction.on_commit(functools.partial(report_boomerangs, inserted))
     return IngestResult(received=len(letters), inserted=len(inserted))
 
 

@@ -1,4 +1,5 @@
-"""Admin for operations (read-only, with pause / resume / cancel), their items, and retry policies.
+"""Admin for operations (read-only, with pause / resume / cancel), their items, retry policies and the thresholds of
+circuit breakers.
 
 Operations change only through the services (which keep the counters and write the audit log), so their admin
 pages are views with actions; retry policies are configuration, edited by admins, and every change is audited.
@@ -25,8 +26,15 @@ from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.admin import DeadLetterAdmin
 from dlqconsole.deadletters.models import FailureReason
 from dlqconsole.operations.admin_actions import DEAD_LETTER_ACTIONS
+from dlqconsole.operations.breakers import BreakerSetting, breaker_views
 from dlqconsole.operations.models import MAX_RETRY_DELAY_SECONDS, Operation, OperationItem, RetryPolicy
-from dlqconsole.operations.services import OperationError, cancel_operation, pause_operation, resume_operation
+from dlqconsole.operations.services import (
+    OperationError,
+    cancel_operation,
+    close_breaker,
+    pause_operation,
+    resume_operation,
+)
 
 # The bulk actions of the dead letters' admin (retry, move, archive, restore, purge the selected ones) are
 # operations; deadletters cannot import this app, so they are added to its admin here, when the admins load.
@@ -279,6 +287,43 @@ class RetryPolicyAdmin(AuditedModelAdmin[RetryPolicy]):
                 actor=request.user, action="retrypolicy.delete", target=f"retrypolicy:{policy.pk}", detail=policy.name
             )
         super().delete_queryset(request, queryset)
+
+
+@admin.action(description="Close the circuit breaker now (waiting replays go on)")
+def close_selected_breakers(modeladmin: Any, request: HttpRequest, queryset: QuerySet[BreakerSetting]) -> None:
+    if not has_role(request.user, ADMIN):
+        raise PermissionDenied
+    for row in queryset.select_related("broker"):
+        close_breaker(key=row.destination.limit_key, actor=request.user)
+    messages.success(request, f"Closed {queryset.count()} circuit breaker(s) by hand.")
+
+
+@admin.register(BreakerSetting)
+class BreakerSettingAdmin(AuditedModelAdmin[BreakerSetting]):
+    """Thresholds of one destination's circuit breaker (empty: the DLQ_BREAKER_* settings), its state, and closing
+    it by hand."""
+
+    list_display = [
+        "__str__",
+        "state",
+        "failures",
+        "failure_share",
+        "min_sample",
+        "cooldown_seconds",
+        "probe_size",
+        "watch_seconds",
+    ]
+    list_filter = ["broker"]
+    list_select_related = ["broker"]
+    actions = [close_selected_breakers]
+
+    @admin.display(description="state now")
+    def state(self, obj: BreakerSetting) -> str:
+        views = breaker_views([obj.destination.limit_key])
+        if not views:
+            return "unknown (Redis cannot be reached)"
+        view = views[0]
+        return f"{view.label}: {view.state.reason}" if view.state.reason and not view.is_closed else view.label
 
 
 def _pretty(value: Any, **options: Any) -> str:

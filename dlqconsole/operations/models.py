@@ -15,25 +15,9 @@ from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core.ratelimit import parse_rate
 from dlqconsole.deadletters.models import (
-    PERMANENT_REASONS,
     DeadLetter,
     DeadLetterStatus,
-    FailurePattern,
-    FailureReason,
 )
-
-DEFAULT_RETRY_DELAYS = [60, 300, 1800, 7200, 43200]
-# The longest wait a retry policy may set: a year. Far longer overflows the date of the next retry, which failed
-# the scheduler on every beat for every policy.
-MAX_RETRY_DELAY_SECONDS = 365 * 24 * 3600
-
-
-def default_retry_delays() -> list[int]:
-    return list(DEFAULT_RETRY_DELAYS)
-
-
-def default_permanent_reasons() -> list[str]:
-    return sorted(str(reason) for reason in PERMANENT_REASONS)
 
 
 class OperationKind(models.TextChoices):
@@ -204,6 +188,10 @@ class Operation(models.Model):
     # The worker running the operation writes this every few seconds; a stale one is re-queued by the sweeper.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     runner = models.CharField(max_length=64, blank=True)
+    # Waiting for a destination's circuit breaker (its items held back, no worker held): what it waits for, and when
+    # it looks again (the sweeper leaves it alone until then).
+    breaker_wait = models.CharField(max_length=1000, blank=True)
+    breaker_wait_until = models.DateTimeField(null=True, blank=True)
     # When retention removed its item rows (DLQ_FINISHED_RETENTION_DAYS after it finished), and what they said,
     # written before the first goes: {"statuses": {status: n}, "not_attempted": n, "errors": [[error, n], ...]}
     # (operations/retention.py). Its figures, filter, author and times stay on this row, the record from then on.
@@ -288,6 +276,9 @@ class Operation(models.Model):
         green "Done", and a plan discarded before it started is not called a cancelled run."""
         if self.discarded:
             return "Discarded (never started)", self.status
+        if self.waiting_for_breaker:
+            # Its task comes back by itself when the breaker probes: no worker is meant to hold it meanwhile.
+            return "Waiting for a circuit breaker", OperationStatus.PLANNED
         if self.waiting_for_worker_since is not None:
             # Not "Running" at 0%: nothing runs until a worker takes it.
             return "Waiting for a worker", OperationStatus.PLANNED
@@ -315,9 +306,19 @@ class Operation(models.Model):
             return None
         if self.status == OperationStatus.CANARY and self.canary_until is not None:
             return None
+        if self.breaker_wait_until is not None:
+            # Waiting for a circuit breaker, by design; once that wait is over, for a worker to take its task.
+            return None if self.waiting_for_breaker else self.breaker_wait_until
         if self.processed == 0 and self.in_flight == 0:
             return self.started_at
         return self.heartbeat_at or self.started_at
+
+    @property
+    def waiting_for_breaker(self) -> bool:
+        """Active, its items held back by a destination's open circuit breaker, and its task scheduled to come back
+        when the breaker probes (operations/breaking.py): no worker holds it meanwhile."""
+        until = self.breaker_wait_until
+        return self.status in ACTIVE_STATUSES and until is not None and until > timezone.now()
 
     @property
     def discarded(self) -> bool:
@@ -540,67 +541,15 @@ class PurgedDeadLetter(models.Model):
         return f"#{self.dead_letter_id} purged by operation #{self.operation_id}"
 
 
-class RetryPolicyQuerySet(models.QuerySet["RetryPolicy"]):
-    def enabled(self) -> RetryPolicyQuerySet:
-        return self.filter(enabled=True)
-
-
-class RetryPolicy(models.Model):
-    """Retry matching dead letters automatically with backoff. Empty scope fields match everything."""
-
-    name = models.CharField(max_length=120)
-    enabled = models.BooleanField(default=True)
-    broker = models.ForeignKey(
-        Broker,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="+",
-        db_index=False,
-        help_text="Only dead letters of this broker; empty for any.",
-    )
-    queue = models.CharField(max_length=255, blank=True, help_text="Source DLQ or original queue; empty for any.")
-    failure_reason = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
-    pattern = models.ForeignKey(FailurePattern, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    delays = models.JSONField(default=default_retry_delays, help_text="Seconds before each attempt.")
-    max_attempts = models.IntegerField(default=5)
-    permanent_reasons = models.JSONField(
-        default=default_permanent_reasons, blank=True, help_text="Failure reasons never retried automatically."
-    )
-    rate = models.CharField(max_length=32, blank=True, help_text="Replay rate like 50/1s; empty for no limit.")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = RetryPolicyQuerySet.as_manager()
-
-    class Meta:
-        verbose_name_plural = "retry policies"
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def specificity(self) -> int:
-        """The most specific matching policy wins: pattern beats queue beats broker beats reason beats catch-all."""
-        return (
-            (8 if self.pattern_id else 0)
-            + (4 if self.queue else 0)
-            + (2 if self.broker_id else 0)
-            + (1 if self.failure_reason else 0)
-        )
-
-    def delay_for(self, attempt: int) -> dt.timedelta:
-        """The wait before automatic attempt number `attempt` (0-based); the last delay repeats."""
-        delays = [int(value) for value in self.delays] or DEFAULT_RETRY_DELAYS
-        return dt.timedelta(seconds=min(max(0, delays[min(attempt, len(delays) - 1)]), MAX_RETRY_DELAY_SECONDS))
-
-
-class SchedulerCursor(models.Model):
-    """How far schedule_new_dead_letters has looked (the highest dead letter id it settled)."""
-
-    name = models.CharField(max_length=64, unique=True)
-    position = models.BigIntegerField(default=0)
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return f"{self.name} at {self.position}"
+# Models of this app kept in modules of their own (this one stays readable), imported here so that Django and the
+# migrations find them, with the retry delay defaults the first migration names.
+from dlqconsole.operations.breakers import BreakerSetting  # noqa: E402, F401
+from dlqconsole.operations.policy_models import (  # noqa: E402, F401
+    DEFAULT_RETRY_DELAYS,
+    MAX_RETRY_DELAY_SECONDS,
+    RetryPolicy,
+    RetryPolicyQuerySet,
+    SchedulerCursor,
+    default_permanent_reasons,
+    default_retry_delays,
+)

@@ -1,5 +1,5 @@
 """The record of a retry or move (see runner.py): what each publish came to, on the items, the dead letters, the
-counters and the operation; and the circuit breaker that pauses on failures in a row."""
+counters and the operation. (The circuit breakers of the destinations are breaking.py's.)"""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import datetime as dt
 from collections.abc import Hashable
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -23,7 +22,7 @@ from dlqconsole.operations.taking import FAILABLE_STATUSES
 
 
 class RecordSteps(RunState):
-    """The record of OperationRunner (the last of the steps runner.py's docstring describes), and its breaker."""
+    """The record of OperationRunner (the last of the steps runner.py's docstring describes)."""
 
     def _record_now(self, claimed: list[Claimed], *, outcomes: dict[Hashable, Outcome], publish_error: str) -> None:
         self.recorders[0].submit(self._record, claimed, outcomes, publish_error).result()
@@ -107,21 +106,8 @@ class RecordSteps(RunState):
                 self.look_for_in_flight = True
 
     def _count_outcomes(self, outcomes: list[Outcome], *, broker: str) -> None:
-        """The circuit breaker: returned or refused publishes in a row (in confirm order) pause the operation. A
-        confirm from a broker shows it reachable again."""
-        last_error = ""
+        """Count the confirms of this run; a confirm from a broker shows it reachable again."""
         for outcome in outcomes:
             if outcome.status == CONFIRMED:
                 self.confirmed += 1
-                self.failure_streak = 0
                 self.connection_failures.pop(broker, None)
-            elif outcome.status in (RETURNED, NACKED, UNSENDABLE):
-                self.failure_streak += 1
-                last_error = outcome.error
-        if last_error:
-            self._count_failures(0, last_error)
-
-    def _count_failures(self, count: int, error: str) -> None:
-        self.failure_streak += count
-        if self.failure_streak >= settings.DLQ_OPERATION_BREAKER_FAILURES:
-            self._pause(f"publishing keeps failing: {self.failure_streak} failures in a row; the last: {error}")

@@ -21,10 +21,13 @@ from django.utils import timezone
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT
-from dlqconsole.core.publish import ConfirmedPublisher, PublishError
+from dlqconsole.core.breaker import get_breakers
+from dlqconsole.core.publish import ConfirmedPublisher, Outcome, PublishError
 from dlqconsole.core.ratelimit import RateLimiter, get_rate_limiter, parse_rate
 from dlqconsole.deadletters.models import DeadLetterStatus
+from dlqconsole.operations.breakers import Thresholds
 from dlqconsole.operations.destinations import Destination, KnownBrokers
+from dlqconsole.operations.item_sql import CameBack
 from dlqconsole.operations.models import ACTIVE_STATUSES, ItemStatus, Operation, OperationItem, OperationStatus
 from dlqconsole.operations.pacing import Pacer
 from dlqconsole.operations.pipeline import Batch, Lane, Read, Take
@@ -61,7 +64,19 @@ class RunState:
         # Brokers whose pending items were passed over (left behind the cursor) while they could not be reached.
         self.held_back: set[str] = set()
         self.destination_problems: dict[Destination, str] = {}
-        self.failure_streak = 0
+        # The circuit breakers (breaking.py): their thresholds; by destination key, until when the take passes over
+        # its items (epoch seconds), the destinations whose items were passed over and what they wait for; by message
+        # key, the destination key of each message out (and which are probes).
+        self.breakers = get_breakers()
+        self.thresholds = Thresholds()
+        self.blocked: dict[str, float] = {}
+        self.breaker_held: dict[str, Destination] = {}
+        self.breaker_waits: dict[str, str] = {}
+        self.destination_of_key: dict[str, Destination] = {}
+        self.breaker_key_of: dict[Hashable, str] = {}
+        self.probes: set[Hashable] = set()
+        # Set when the run stops to wait for a breaker (its task comes back later).
+        self.suspended = False
         self.rate_text: str | None = None
         self.pacer: Pacer | None = None
         self.last_return_check = 0.0
@@ -86,6 +101,24 @@ class RunState:
         # Every published batch's `landed`, oldest first; and the batch each unconfirmed message belongs to.
         self.recording: list[Future[None]] = []
         self.unconfirmed: dict[Hashable, Batch] = {}
+
+    # Steps of other parts of the run, named here for those that call them.
+
+    def _blocked(self, destination: Destination) -> bool:
+        """Whether a destination's breaker holds its items back now (breaking.py)."""
+        raise NotImplementedError
+
+    def _settle(self) -> None:
+        """Wait for everything in flight (runner.py)."""
+        raise NotImplementedError
+
+    def _sort_outcomes(self, outcomes: list[Outcome]) -> None:
+        """File outcomes under their batches (runner.py)."""
+        raise NotImplementedError
+
+    def _check_returns(self, *, force: bool, may_pause: bool = True) -> CameBack:
+        """Count the replays that came back, pausing on too many (canary.py)."""
+        raise NotImplementedError
 
     def _heartbeat(self) -> bool:
         """Keep the claim alive; False when the operation was paused, cancelled, finished or taken over."""

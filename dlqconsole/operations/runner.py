@@ -28,10 +28,14 @@ publisher per broker: a batch spanning two brokers goes out through both, and ea
 by the end of the next batch, as with one. A broker that cannot be reached holds back only its own messages (see
 run_state.py).
 
+Each destination has a circuit breaker shared by every worker (breaking.py): while it is open, its messages are held
+back like those of a broker that cannot be reached, the others go on, and when nothing else is left the run stops and
+its task comes back when the breaker probes, holding no worker meanwhile.
+
 The loop and the publishing are here; each step has a module of its own beside this one, a part of OperationRunner
-built on the state of run_state.py: taking.py, recording.py (and the circuit breaker), canary.py (the canary, the
-returns, finishing) and changes.py (archive, restore, purge). pipeline.py holds what passes between the steps and
-the lanes that run them, pacing.py the pacer, item_sql.py the SQL over many items at once.
+built on the state of run_state.py: taking.py, recording.py, breaking.py (the circuit breakers), canary.py (the
+canary, the returns, finishing) and changes.py (archive, restore, purge). pipeline.py holds what passes between the
+steps and the lanes that run them, pacing.py the pacer, item_sql.py the SQL over many items at once.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from django.utils import timezone
 
 from dlqconsole.core.publish import NOT_SENT, UNCONFIRMED, Message, Outcome, PublishError
 from dlqconsole.deadletters.models import DeadLetterStatus
+from dlqconsole.operations.breaking import BreakerSteps
 from dlqconsole.operations.canary import CanarySteps
 from dlqconsole.operations.changes import ChangeSteps
 from dlqconsole.operations.item_sql import finalize_cancelled
@@ -76,7 +81,7 @@ RECORDERS = 2
 WAIT_TICK_SECONDS = 1.0
 
 
-class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
+class OperationRunner(TakeSteps, RecordSteps, BreakerSteps, CanarySteps, ChangeSteps):
     """Runs one operation until it is done, paused, cancelled, waiting for its canary, or claimed elsewhere.
 
     `continue_later(seconds)` schedules another run (the Celery task passes one); without it the runner waits
@@ -148,6 +153,8 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
                 found = self._publish_round(operation, limit, prefetch=running)
             else:
                 found = self._change_round(operation, limit)
+            if self.suspended:
+                return
             if not found:
                 self._settle()
                 if not running and self._has_work():
@@ -186,7 +193,9 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         self._sort_outcomes(lost)
 
     def _sort_outcomes(self, outcomes: list[Outcome]) -> None:
-        """File outcomes under their batches; a batch with all of its outcomes goes to a recorder."""
+        """File outcomes under their batches; a batch with all of its outcomes goes to a recorder. Each
+        destination's breaker hears of them first."""
+        self._report_outcomes(outcomes)
         for outcome in outcomes:
             batch = self.unconfirmed.pop(outcome.key, None)
             if batch is None:
@@ -206,10 +215,19 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
     def _claim(self) -> bool:
         now = timezone.now()
         stale = now - dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS)
+        claimable = Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES)
+        if self.continue_later is not None:
+            # Waiting for a breaker, a task that comes well before the wait is over is a stray: the one scheduled
+            # for the end of the wait comes then.
+            claimable = claimable.exclude(breaker_wait_until__gt=self._claimable_after(now))
         return bool(
-            Operation.objects.filter(pk=self.operation_id, status__in=ACTIVE_STATUSES)
-            .filter(Q(runner="") | Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True))
-            .update(runner=self.token, heartbeat_at=now)
+            claimable.filter(Q(runner="") | Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)).update(
+                # A wait for a breaker is over once the run looks again (it says so again if it must wait).
+                runner=self.token,
+                heartbeat_at=now,
+                breaker_wait="",
+                breaker_wait_until=None,
+            )
         )
 
     def _chunk_size(self) -> int:
@@ -246,7 +264,9 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
                 self.look_for_in_flight = True
             take = self._take_fresh(operation, limit)
         if take is None:
-            return self._retry_held_back() if self.held_back else False
+            if self.held_back:
+                return self._retry_held_back()
+            return self._wait_for_breakers() if self.breaker_held else False
         if prefetch:
             # The next batch is read a batch ahead (no locks) and taken once the record that leaves room has landed:
             # PIPELINE_DEPTH batches in flight at most, this one included.
@@ -257,8 +277,6 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
             keep = PIPELINE_DEPTH - 2
             earlier = self.recording[: max(0, len(self.recording) - keep)]
             self.prefetched = self.taker.submit(self._take_read, operation, reads, earlier)
-        if take.failed:
-            self._count_failures(take.failed, take.error)
         if not take.claimed:
             return True
         batch = Batch(claimed=take.claimed, waiting=len(take.claimed))
@@ -277,7 +295,7 @@ class OperationRunner(TakeSteps, RecordSteps, CanarySteps, ChangeSteps):
         their confirms arrive during the next batch."""
         broker_of: dict[Hashable, str] = {entry.letter.pk: entry.destination.broker for entry in take.claimed}
         groups: dict[str, list[Message]] = {}
-        for message in take.messages:
+        for message in self._gate(take.claimed, take.messages):
             groups.setdefault(broker_of[message.key], []).append(message)
         delay_for = self._delay_for(take.claimed)
         held: dict[str, list[Message]] = {}

@@ -16,7 +16,9 @@ from django.utils import timezone
 
 from dlqconsole.accounts.roles import ADMIN, OPERATOR, require_role
 from dlqconsole.accounts.services import record_audit
+from dlqconsole.core.breaker import BreakerState, get_breakers
 from dlqconsole.core.ratelimit import parse_rate
+from dlqconsole.operations.breakers import describe_key
 from dlqconsole.operations.item_sql import finalize_cancelled
 from dlqconsole.operations.models import (
     ACTIVE_STATUSES,
@@ -80,6 +82,28 @@ def enqueue_run(operation: Operation) -> None:
 
     # Celery's DjangoTask has delay_on_commit; celery-types does not know it yet.
     run_operation_task.delay_on_commit(operation.pk)  # type: ignore[attr-defined]
+
+
+def close_breaker(*, key: str, actor: Actor) -> BreakerState:
+    """Close a destination's circuit breaker by hand (an admin, audited): the operations waiting for a breaker look
+    again at once (those waiting for another one wait again)."""
+    if actor is not None:
+        require_role(actor, ADMIN)
+    state = get_breakers().close(key)
+    with transaction.atomic():
+        waiting = list(Operation.objects.active().filter(breaker_wait_until__isnull=False))
+        Operation.objects.filter(pk__in=[operation.pk for operation in waiting]).update(
+            breaker_wait="", breaker_wait_until=None
+        )
+        record_audit(
+            actor=actor,
+            action="breaker.close",
+            target=f"breaker:{key}"[:255],
+            detail=f"closed by hand: {describe_key(key)}; {len(waiting)} waiting operation(s) look again",
+        )
+        for operation in waiting:
+            enqueue_run(operation)
+    return state
 
 
 def describe_operation(operation: Operation) -> str:
@@ -250,6 +274,8 @@ def resume_operation(*, operation: Operation, actor: Actor) -> Operation:
             succeeded_baseline=operation.succeeded,
             heartbeat_at=timezone.now(),
             last_error="",
+            breaker_wait="",
+            breaker_wait_until=None,
         )
         if not resumed:
             raise OperationError(f"operation {operation.pk} is {operation.status}; only a paused one can resume")

@@ -109,6 +109,9 @@ class TakeSteps(RunState):
                     skipped[read.item_pk] = f"its status is now {letter.status}"
                 elif (destination := self._destination(operation, letter)) is None:
                     skipped[read.item_pk] = "no known destination: no queue, exchange or routing key in its x-death"
+                elif read.status == ItemStatus.PENDING and self._blocked(destination):
+                    # Its destination's breaker holds it back: left pending, behind the cursor, read again later.
+                    continue
                 else:
                     candidates.append(Claimed(read.item_pk, read.status == ItemStatus.IN_FLIGHT, letter, destination))
             problems = self._destination_problems({entry.destination for entry in candidates})

@@ -14,7 +14,7 @@ from dlqconsole.operations.models import Operation
 @app.task(name="operations.run_operation", base=CheckedTask, argument_checks={"operation_id": row_id(Operation)})
 def run_operation_task(operation_id: int) -> None:
     def continue_later(seconds: float) -> None:
-        # The canary's wait: come back when it is over instead of holding a worker process.
+        # The canary's wait, or a circuit breaker's: come back when it is over instead of holding a worker process.
         run_operation_task.apply_async((operation_id,), countdown=max(1, math.ceil(seconds)))
 
     services.run_operation(operation_id=operation_id, continue_later=continue_later)

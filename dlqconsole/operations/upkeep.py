@@ -33,6 +33,8 @@ def requeue_stale_operations(*, now: dt.datetime | None = None) -> list[int]:
     stale = (
         Operation.objects.stale(now=now, stale_after=dt.timedelta(seconds=settings.DLQ_OPERATION_STALE_SECONDS))
         .exclude(status=OperationStatus.CANARY, canary_until__gt=now)
+        # Waiting for a circuit breaker: its task comes back by itself when the breaker probes.
+        .exclude(breaker_wait_until__gt=now)
         .order_by("pk")
     )
     requeued = []

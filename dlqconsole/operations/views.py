@@ -34,6 +34,7 @@ from dlqconsole.deadletters.filters import DeadLetterFilter, FilterError
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, FailurePattern
 from dlqconsole.deadletters.templatetags.charts import percent
 from dlqconsole.operations import history, planning, purged, services
+from dlqconsole.operations.breaker_views import breaker_context
 from dlqconsole.operations.canary import refresh_came_back
 from dlqconsole.operations.forms import PlanForm
 from dlqconsole.operations.item_sql import CameBack, boomerangs
@@ -254,6 +255,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
         "kinds": OperationKind.choices,
         # Refresh while a worker moves one on; planned and paused ones wait for a person, not for a refresh.
         "running": any(operation.status in ACTIVE_STATUSES for operation in rows),
+        **breaker_context(request),
     }
     return render(request, partial_template(request, "operations/list.html", "table"), context)
 

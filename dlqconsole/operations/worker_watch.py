@@ -48,7 +48,8 @@ class WorkerWatch:
 def watch_worker(operation: Operation, *, now: dt.datetime | None = None) -> WorkerWatch | None:
     """What its page says of its worker, for an operation a worker should be running (canary or running); None
     for the others."""
-    if operation.status not in ACTIVE_STATUSES or operation.started_at is None:
+    if operation.status not in ACTIVE_STATUSES or operation.started_at is None or operation.waiting_for_breaker:
+        # Waiting for a circuit breaker, no worker holds it by design: its page says what it waits for instead.
         return None
     now = now or timezone.now()
     stale_after = int(settings.DLQ_OPERATION_STALE_SECONDS)

@@ -32,7 +32,7 @@ def test_alert_rules_pass_promtool_check() -> None:
     result = promtool("check", "rules", "alerts.yml")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 @needs_promtool

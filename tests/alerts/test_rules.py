@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.utils import timezone
@@ -10,6 +11,8 @@ from django.utils import timezone
 from dlqconsole.alerts.defaults import DEFAULT_RULES, install_default_rules
 from dlqconsole.alerts.evaluation import evaluate_rules
 from dlqconsole.alerts.models import Alert, AlertRule, AlertStatus, Channel, Notification, NotificationKind
+from dlqconsole.brokers.models import Broker
+from dlqconsole.core.breaker import NACK, BreakerConfig, Event, get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
 from tests.alerts.conftest import settle
@@ -321,3 +324,39 @@ def test_a_long_pattern_name_in_a_summary_is_cut_at_a_word() -> None:
     assert label.endswith("…") and len(label) <= LABEL_CHARS
     assert long.template.startswith(label[:-1]) and long.template[len(label) - 1] == " "
     assert _pattern_label(PatternFacts(pk=8, status="open", template="", total_count=0, merged=False)) == "pattern #8"
+
+
+def test_a_circuit_breaker_that_opens_fires_until_it_closes() -> None:
+    orders = f"orders-{uuid.uuid4().hex[:8]}"
+    staging = Broker.objects.create(name=f"staging-{uuid.uuid4().hex[:6]}", url="amqp://guest:guest@localhost/x")
+    breakers = get_breakers()
+    config = BreakerConfig.from_settings()
+    keys = [f"queue:{orders}", f"broker:{staging.name}:queue:{orders}"]
+    for key in keys:
+        breakers.record(key, [Event(NACK, reason="refused")] * config.failures, config=config)
+    everywhere = rule("breaker_open", severity="critical")
+    on_staging = rule("breaker_open", broker=staging)
+    on_its_dlq = rule("breaker_open", queue=f"{orders}.dlq")
+    elsewhere = rule("breaker_open", queue="payments")
+    try:
+        evaluate_rules()
+
+        assert {f"breaker:{key}" for key in keys} <= set(open_alerts(everywhere))
+        assert set(open_alerts(on_staging)) == {f"breaker:{keys[1]}"}
+        assert set(open_alerts(on_its_dlq)) == {f"breaker:{key}" for key in keys}
+        assert open_alerts(elsewhere) == {}
+        alert = open_alerts(everywhere)[f"breaker:{keys[0]}"]
+        assert alert.severity == "critical"
+        assert alert.summary.startswith(f"Circuit open for queue {orders}: {config.failures} failures in a row")
+        assert "replays into it wait (probing at " in alert.summary
+
+        breakers.close(keys[0])
+        evaluate_rules()
+        assert set(open_alerts(on_its_dlq)) == {f"breaker:{keys[1]}"}
+    finally:
+        for key in keys:
+            breakers.close(key)
+
+
+def test_the_breaker_rule_is_installed_by_default() -> None:
+    assert AlertRule.objects.filter(kind="breaker_open", name="Circuit breaker open", enabled=True).exists()

@@ -381,3 +381,19 @@ def test_every_action_is_in_the_schema(api_for: ApiFor, viewer: User) -> None:
         "operations_cancel",
         "operations_rate",
     }
+
+
+def test_an_operation_waiting_for_a_breaker_says_what_for(api_for: ApiFor, viewer: User, operator: User) -> None:
+    until = timezone.now() + dt.timedelta(seconds=40)
+    operation = Operation.objects.create(
+        kind="retry",
+        status=OperationStatus.RUNNING,
+        created_by=operator,
+        breaker_wait="circuit open for queue orders, probing at 07:45:10 UTC",
+        breaker_wait_until=until,
+    )
+
+    shown = api_for(viewer).get(f"/api/v1/operations/{operation.pk}/").json()
+
+    assert shown["breaker_wait"] == "circuit open for queue orders, probing at 07:45:10 UTC"
+    assert dt.datetime.fromisoformat(shown["breaker_wait_until"]) == until

@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
+from dlqconsole.core.breaker import CLOSED, get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterCount, DeadLetterStatus
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
@@ -241,36 +242,25 @@ def test_a_canary_paused_before_its_wait_and_a_legacy_resume_are_labelled() -> N
     assert legacy.canary_label == "its wait was cut short by a pause"
 
 
-def test_the_circuit_breaker_pauses_when_publishing_keeps_failing_and_loses_nothing(
-    channel, queue_name, operator, settings
-):
-    settings.DLQ_OPERATION_BREAKER_FAILURES = 3
+def test_unroutable_returns_fail_their_items_and_do_not_open_the_breaker(channel, queue_name, operator, settings):
+    settings.DLQ_BREAKER_FAILURES = 3
     settings.DLQ_OPERATION_CHUNK_SIZE = 2
     orders = queue_name("orders")
     letters = dead_letters_on_broker(channel, orders, 10)
-    operation = plan_operation(
-        kind=OperationKind.MOVE, filter={"queue": [orders]}, actor=operator, target_queue=queue_name("gone")
-    )
+    gone = queue_name("gone")
+    operation = plan_operation(kind=OperationKind.MOVE, filter={"queue": [orders]}, actor=operator, target_queue=gone)
     start_operation(operation=operation, actor=operator)
 
     run_operation(operation_id=operation.pk)
 
+    # A configuration error does not wait: every item failed, with its dead letter, and the breaker stayed closed.
     operation.refresh_from_db()
-    assert operation.status == OperationStatus.PAUSED
-    assert re.fullmatch(
-        r"publishing keeps failing: \d+ failures in a row; the last: unroutable: 312 NO_ROUTE .*",
-        operation.pause_reason,
-    )
-    # It stopped early (the breaker trips at 3; outcomes of the batch being sent may add one or two), and every
-    # message is either failed with its dead letter, or still pending with its dead letter parked.
-    failed = operation.failed
-    assert 3 <= failed < 10
-    assert operation.items.filter(status=ItemStatus.PENDING).count() == 10 - failed
-    statuses = sorted(
-        DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).values_list("status", flat=True)
-    )
-    assert statuses == ["failed"] * failed + ["parked"] * (10 - failed)
-    assert cells(orders + ".dlq") == {"failed": failed, "parked": 10 - failed}
+    assert (operation.status, operation.failed, operation.breaker_wait) == (OperationStatus.DONE, 10, "")
+    assert re.fullmatch(r"unroutable: 312 NO_ROUTE .*", operation.last_error)
+    statuses = DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).values_list("status", flat=True)
+    assert set(statuses) == {"failed"}
+    assert cells(orders + ".dlq") == {"failed": 10}
+    assert get_breakers().peek(f"queue:{gone}").state == CLOSED
 
 
 def test_a_dead_letter_with_no_known_destination_is_skipped_and_stays_parked(operator):

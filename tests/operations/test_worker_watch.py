@@ -151,3 +151,33 @@ def test_the_api_says_since_when_it_waits_and_the_heartbeat_age(operator: User) 
     assert (held_body["worker_note"], held_body["outcome"]) == ("last heartbeat 5 s ago", "Running")
     assert listed[waiting.pk]["outcome"] == "Waiting for a worker"
     assert listed[held.pk]["heartbeat_age_seconds"] == 5
+
+
+def test_an_operation_waiting_for_a_circuit_breaker_is_not_waiting_for_a_worker(operator: User) -> None:
+    """Its task comes back by itself when the breaker probes: until then no worker is meant to hold it, and its page
+    says what it waits for; once that time has passed and no worker took it, it waits for a worker since then."""
+    probe_at = QUEUED + dt.timedelta(minutes=2)
+    operation = started(
+        succeeded=3,
+        heartbeat_at=QUEUED + dt.timedelta(seconds=30),
+        breaker_wait="circuit open for queue orders, probing at 09:32:05 UTC",
+        breaker_wait_until=probe_at,
+    )
+
+    with time_machine.travel(QUEUED + dt.timedelta(seconds=100), tick=False):
+        operation.refresh_from_db()
+        assert operation.waiting_for_breaker
+        assert operation.waiting_for_worker_since is None
+        assert watch_worker(operation) is None
+        assert operation.outcome[0] == "Waiting for a circuit breaker"
+        text = shown(client_for(operator).get(f"/operations/{operation.pk}/").content.decode())
+    assert "Waiting: circuit open for queue orders, probing at 09:32:05 UTC" in text
+    assert "Waiting for a worker" not in text and "gone quiet" not in text
+
+    with time_machine.travel(probe_at + dt.timedelta(seconds=90), tick=False):
+        operation.refresh_from_db()
+        assert not operation.waiting_for_breaker
+        assert operation.waiting_for_worker_since == probe_at
+        watch = watch_worker(operation)
+        assert watch is not None and watch.stale
+        assert watch.text.startswith("Waiting for a worker since 09:32:05 (90 s)")
