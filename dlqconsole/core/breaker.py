@@ -39,10 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
-from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, scoped_key
+from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, redis_client, scoped_key
 
 logger = logging.getLogger(__name__)
 
@@ -388,12 +386,7 @@ def _ttl(state: BreakerState) -> int | None:
 class RedisBreakers(Breakers):
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0) -> None:
         self.prefix = prefix
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 1),
-        )
+        self.client = redis_client(url, timeout=timeout)
 
     def _change(
         self, key: str, step: Callable[[BreakerState, float], Any], *, now: float | None

@@ -19,8 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 import redis
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+
+from dlqconsole.core.ratelimit import redis_client
 
 DEFAULT_PREFIX = "dlq:lease:"
 
@@ -96,12 +96,7 @@ class Leases(ABC):
 class RedisLeases(Leases):
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0) -> None:
         self.prefix = prefix
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 1),
-        )
+        self.client = redis_client(url, timeout=timeout)
         self.take_script = self.client.register_script(TAKE_SCRIPT)
         self.renew_script = self.client.register_script(RENEW_SCRIPT)
         self.holders_script = self.client.register_script(HOLDERS_SCRIPT)

@@ -290,18 +290,23 @@ UNAVAILABLE_ERRORS = (
 )
 
 
+def redis_client(url: str, *, timeout: float = 5.0) -> redis.Redis:
+    """A client for the state every worker shares in Redis (rate limits, leases, circuit breakers). One quick retry
+    covers a dropped connection; a Redis that is down fails fast, so that the caller can pause or fail open."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 1),
+    )
+
+
 class RedisRateLimiter(RateLimiter):
     """Buckets in Redis under `prefix + key`, shared by every process that uses the same Redis."""
 
     def __init__(self, url: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 5.0) -> None:
         self.prefix = prefix
-        # One quick retry covers a dropped connection; a Redis that is down fails fast so the caller can pause.
-        self.client = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 1),
-        )
+        self.client = redis_client(url, timeout=timeout)
         # redis-py sends EVALSHA and loads the script again if the server answers NOSCRIPT (after a restart).
         self.script = self.client.register_script(TAKE_SCRIPT)
 

@@ -152,10 +152,22 @@ def run_shed_command(command: BaseCommand, **options: Any) -> None:
             return
         operation = plan_shed(**arguments)
         write_plan(command, operation)
+    except (OperationError, PermissionDenied) as error:
+        raise CommandError(str(error)) from None
+    if _confirm_start_follow(command, operation, actor=actor, **options):
+        operation.refresh_from_db()
+        if stopped := (operation.breakdown or {}).get("shed", {}).get("stopped"):
+            command.stdout.write(f"Stopped: {stopped}.")
+
+
+def _confirm_start_follow(command: BaseCommand, operation: Operation, *, actor: Any, **options: Any) -> bool:
+    """Ask before starting a planned operation (unless --yes), start it, run it here with --inline and follow it
+    with --wait or --inline; True when it was followed to its end."""
+    try:
         if not options["yes"] and not _confirm(command, operation):
             cancel_operation(operation=operation, actor=actor)
             command.stdout.write(f"Cancelled operation #{operation.pk}.")
-            return
+            return False
         operation = start_operation(operation=operation, actor=actor)
     except (OperationError, PermissionDenied) as error:
         raise CommandError(str(error)) from None
@@ -164,9 +176,8 @@ def run_shed_command(command: BaseCommand, **options: Any) -> None:
         run_operation(operation_id=operation.pk)
     if options["wait"] or options["inline"]:
         follow(command, operation)
-        operation.refresh_from_db()
-        if stopped := (operation.breakdown or {}).get("shed", {}).get("stopped"):
-            command.stdout.write(f"Stopped: {stopped}.")
+        return True
+    return False
 
 
 def option_dest(option: str) -> str:
@@ -238,21 +249,12 @@ def run_kind(command: BaseCommand, **options: Any) -> None:
             return
         operation = plan_operation(**arguments)
         write_plan(command, operation)
-        if operation.total == 0:
-            command.stdout.write("Nothing to do.")
-            return
-        if not options["yes"] and not _confirm(command, operation):
-            cancel_operation(operation=operation, actor=actor)
-            command.stdout.write(f"Cancelled operation #{operation.pk}.")
-            return
-        operation = start_operation(operation=operation, actor=actor)
     except (OperationError, PermissionDenied) as error:
         raise CommandError(str(error)) from None
-    command.stdout.write(f"Started operation #{operation.pk}.")
-    if options["inline"]:
-        run_operation(operation_id=operation.pk)
-    if options["wait"] or options["inline"]:
-        follow(command, operation)
+    if operation.total == 0:
+        command.stdout.write("Nothing to do.")
+        return
+    _confirm_start_follow(command, operation, actor=actor, **options)
 
 
 def run_control(command: BaseCommand, *, action: str, operation_id: int, **options: Any) -> None:

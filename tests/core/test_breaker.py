@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import redis
 
 from dlqconsole.core.breaker import (
     BOOMERANG,
@@ -27,26 +25,6 @@ from dlqconsole.core.breaker import (
 
 T = 1_800_000_000.0
 CONFIG = BreakerConfig(failures=5, share=0.5, min_sample=10, cooldown=30, probe=5, watch=60, window=300)
-
-
-@pytest.fixture
-def redis_breakers(redis_url: str) -> Iterator[Callable[[], RedisBreakers]]:
-    """Makes Redis breakers (each with its own connections) sharing a key prefix unique to the test."""
-    prefix = f"test-breaker-{uuid.uuid4().hex[:12]}:"
-    made: list[RedisBreakers] = []
-
-    def make() -> RedisBreakers:
-        made.append(RedisBreakers(redis_url, prefix=prefix))
-        return made[-1]
-
-    yield make
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=prefix + "*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
-    for breakers in made:
-        breakers.client.close()
 
 
 @pytest.fixture(params=["redis", "local"])
