@@ -26,6 +26,7 @@ from django.test import Client
 from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
 from dlqconsole.core.breaker import LocalBreakers, RedisBreakers, get_breakers
+from dlqconsole.operations import canary
 from tests.factories import UserFactory
 from tests.support import Vhost, Worker, vhost_broker, worker_environment
 
@@ -92,6 +93,13 @@ def _breakers_forgotten() -> Iterator[None]:
             states = list(breakers.client.scan_iter(match=f"{breakers.prefix}*"))
             if states:
                 breakers.client.delete(*states)
+
+
+@pytest.fixture(autouse=True)
+def _came_back_counted_on_every_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page or an API read counts what came back at most every few seconds per operation (a key in the shared
+    cache, by operation id): ids repeat between tests, so tests count on every read unless they test that limit."""
+    monkeypatch.setattr(canary, "RECOUNT_ON_READ_SECONDS", 0)
 
 
 @pytest.fixture

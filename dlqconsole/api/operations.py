@@ -98,7 +98,7 @@ class OperationViewSet(ApiViewSet):
     def retrieve(self, request: Request, pk: str) -> Response:
         operation = self.get_object()
         # What came back after no worker runs it any more (a paused canary's other messages, say) is counted here.
-        refresh_came_back(operation=operation)
+        refresh_came_back(operation=operation, on_read=True)
         return self._answer(operation)
 
     @extend_schema(

@@ -4,14 +4,18 @@ pause on too many; counted on after the run stopped), and finishing the operatio
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 
+from django.core.cache import cache
 from django.utils import timezone
 
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.operations.item_sql import CameBack, count_came_back
 from dlqconsole.operations.models import ACTIVE_STATUSES, Operation, OperationStatus
 from dlqconsole.operations.run_state import RunState
+
+logger = logging.getLogger(__name__)
 
 # Look for replays that came back at most this often (a query over recent arrivals).
 RETURN_CHECK_SECONDS = 2.0
@@ -112,12 +116,18 @@ class CanarySteps(RunState):
 # A stopped operation's boomerangs are counted on read (its page, its API) until this long after it finished: they
 # come back within minutes as a rule, later only when a TTL kept them in a queue. Past it, its figures stand.
 CAME_BACK_WATCH = dt.timedelta(days=1)
+# A page or an API read counts again at most this often for each operation.
+RECOUNT_ON_READ_SECONDS = 5
 
 
-def refresh_came_back(*, operation: Operation, now: dt.datetime | None = None) -> bool:
+def refresh_came_back(*, operation: Operation, now: dt.datetime | None = None, on_read: bool = False) -> bool:
     """Count again what came back of an operation no worker is running: paused (a failed canary paused it on the
     first boomerang, and the others arrive after), cancelled, done, or waiting for a worker. A running worker counts
-    its own every few seconds. True when the figures changed (the row and `operation` are updated)."""
+    its own every few seconds. True when the figures changed (the row and `operation` are updated).
+
+    `on_read` (its page, its API): at most once per RECOUNT_ON_READ_SECONDS for each operation, across every web
+    process (the shared cache), so that pages polling it, or many readers, cost one count, however many boomerangs
+    there are; with the cache out of reach, the figures stand until the sweep counts them."""
     now = now or timezone.now()
     if not operation.publishes or operation.started_at is None or operation.items_removed_at is not None:
         return False
@@ -125,6 +135,13 @@ def refresh_came_back(*, operation: Operation, now: dt.datetime | None = None) -
         return False
     if operation.finished_at is not None and now - operation.finished_at > CAME_BACK_WATCH:
         return False
+    if on_read:
+        try:
+            if not cache.add(f"came-back-counted:{operation.pk}", True, timeout=RECOUNT_ON_READ_SECONDS):
+                return False
+        except Exception:  # noqa: BLE001  (any error of the cache's backend: the sweep counts instead)
+            logger.warning("the cache cannot be reached; operation %s is counted by the sweep", operation.pk)
+            return False
     came_back = count_came_back(operation=operation)
     if came_back.count == operation.returned and came_back == CameBack.of(operation):
         return False

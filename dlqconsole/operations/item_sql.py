@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Value
+from django.db.models import Count, Exists, F, Min, OuterRef, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -109,9 +109,11 @@ def boomerangs(*, operation: Operation) -> DeadLetterQuerySet:
         dead_letter_id=OuterRef("previous_id"),
         status__in=[ItemStatus.PUBLISHED, ItemStatus.IN_FLIGHT],
     )
-    # A message published twice (its worker died before recording the confirm) may come back twice: once counted.
-    earlier = since.filter(previous_id=OuterRef("previous_id"), pk__lt=OuterRef("pk"))
-    return since.filter(Exists(ours)).exclude(Exists(earlier))
+    # A message published twice (its worker died before recording the confirm), or a forged copy pointing at it,
+    # may come back many times: each dead letter is counted once, by its first boomerang. A grouping, not a test of
+    # each boomerang against the earlier ones, so that the cost grows with the boomerangs, never with their square.
+    firsts = since.filter(Exists(ours)).order_by().values("previous_id").annotate(first=Min("pk")).values("first")
+    return DeadLetter.objects.filter(pk__in=firsts)
 
 
 def count_came_back(*, operation: Operation) -> CameBack:

@@ -265,7 +265,7 @@ def operations_list(request: HtmxHttpRequest) -> HttpResponse:
 def operation_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     operation = get_object_or_404(Operation.objects.select_related("created_by", "target_broker"), pk=pk)
     # What came back after no worker runs it any more (a paused canary's other messages, say) is counted here.
-    refresh_came_back(operation=operation)
+    refresh_came_back(operation=operation, on_read=True)
     context = _detail_context(operation)
     if request.htmx:
         response = render(request, "operations/detail.html#progress", context)

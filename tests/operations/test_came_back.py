@@ -10,10 +10,11 @@ from typing import Any
 import pika
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.utils import timezone
 
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
-from dlqconsole.operations import upkeep
+from dlqconsole.operations import canary, upkeep
 from dlqconsole.operations.canary import CAME_BACK_WATCH, refresh_came_back
 from dlqconsole.operations.item_sql import CameBack, count_came_back
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, OperationStatus
@@ -233,3 +234,32 @@ def test_the_reasons_read_as_words_commonest_first() -> None:
     assert came_back.words == (
         "3 rejected, 2 delivery limit reached, 2 queue overflow, 1 expired (TTL), 1 SOMETHING_NEW"
     )
+
+
+def test_reads_count_again_at_most_every_few_seconds_and_many_copies_cost_no_more(
+    operator: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page polled by many readers counts once per RECOUNT_ON_READ_SECONDS; the sweep counts regardless. Many
+    boomerangs of one dead letter (a message published twice, or forged copies) count it once."""
+    monkeypatch.setattr(canary, "RECOUNT_ON_READ_SECONDS", 60)
+    now = timezone.now()
+    operation, letters = replayed(3, status=OperationStatus.PAUSED, now=now)
+    come_back(letters[:1] * 50, "REJECTED", now=now)
+    cache.delete(f"came-back-counted:{operation.pk}")
+    try:
+        assert "Came back 1 to a dead-letter queue: 1 rejected" in shown(
+            client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+        )
+        come_back(letters[1:], "MAXLEN", now=now)
+        again = client_for(operator).get(f"/operations/{operation.pk}/").content.decode()
+        assert "Came back 1 to a dead-letter queue" in shown(again)  # counted a moment ago: the figures stand
+        assert (
+            api_client(token_for(operator)).get(f"/api/v1/operations/{operation.pk}/").json()["progress"]["came_back"]
+            == 1
+        )
+
+        assert refresh_came_back(operation=operation, now=now)  # the sweep's count
+        operation.refresh_from_db()
+        assert (operation.returned, operation.returned_reasons) == (3, {"REJECTED": 1, "MAXLEN": 2})
+    finally:
+        cache.delete(f"came-back-counted:{operation.pk}")
