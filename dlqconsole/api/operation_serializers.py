@@ -206,7 +206,11 @@ class OperationWarningSerializer(serializers.Serializer):  # type: ignore[type-a
 
 
 class OperationCameBackReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    reason = serializers.CharField(help_text="The failure reason, as the dead letters' `reason` filter takes it.")
+    reason = serializers.CharField(
+        help_text="Why their boomerangs died: the broker's death reason (`rejected`, `expired`, `maxlen`, "
+        "`delivery_limit`), or, for one without (published to the dead-letter queue by an application), its failure "
+        "reason as the dead letters' `reason` filter takes it."
+    )
     label = serializers.CharField(help_text='In words: "rejected", "queue overflow", "expired (TTL)"...')
     count = serializers.IntegerField()
 
@@ -226,7 +230,7 @@ class OperationProgressSerializer(serializers.Serializer):  # type: ignore[type-
         "cancelled or finished."
     )
     came_back_reasons = OperationCameBackReasonSerializer(
-        many=True, help_text="Why they came back: the failure reason their boomerangs died with, commonest first."
+        many=True, help_text="Why they came back: why their boomerangs died, commonest first."
     )
     duplicates = serializers.IntegerField(help_text="Published twice after a worker restart.")
     settled = serializers.BooleanField(help_text="Over, with nothing in flight left: the numbers are final.")

@@ -9,12 +9,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, Min, OuterRef, Value
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterQuerySet, DeadLetterStatus, FailureReason
+from dlqconsole.deadletters.models import (
+    DeadLetter,
+    DeadLetterQuerySet,
+    DeadLetterStatus,
+    DeathReason,
+    FailureReason,
+)
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem
 
 # Why an item is skipped when busy_elsewhere finds its dead letter.
@@ -55,8 +61,9 @@ def busy_elsewhere(dead_letter_ids: list[int], *, operation_id: int) -> set[int]
 
 @dataclass(frozen=True)
 class CameBack:
-    """The dead letters of an operation that came back after their replay, each counted once, by the failure
-    reason their first boomerang died with ({reason: count})."""
+    """The dead letters of an operation that came back after their replay, each counted once, by why their first
+    boomerang died ({reason: count}): the broker's death reason ("rejected", "maxlen", "expired"...), or, for one
+    that carries none (an application published it to the dead-letter queue itself), its failure reason."""
 
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -71,7 +78,7 @@ class CameBack:
 
     @property
     def rows(self) -> list[tuple[str, str, int]]:
-        """(failure reason, its name in words, count), commonest first: ("MAXLEN", "queue overflow", 2)."""
+        """(reason, its name in words, count), commonest first: ("maxlen", "queue overflow", 2)."""
         named = [(reason, reason_words(reason), count) for reason, count in self.reasons.items() if count]
         return sorted(named, key=lambda row: (-row[2], row[1].lower()))
 
@@ -81,13 +88,29 @@ class CameBack:
         return ", ".join(f"{count:,} {words}" for _, words, count in self.rows)
 
 
+# The broker's death reasons as a sentence says them ("5 came back: 3 rejected, 2 queue overflow").
+DEATH_WORDS: dict[str, str] = {
+    DeathReason.REJECTED: "rejected",
+    DeathReason.EXPIRED: "expired (TTL)",
+    DeathReason.MAXLEN: "queue overflow",
+    DeathReason.DELIVERY_LIMIT: "delivery limit reached",
+}
+
+
 def reason_words(reason: str) -> str:
-    """A failure reason as a sentence says it: "rejected", "queue overflow", "expired (TTL)"."""
+    """Why a boomerang died, as a sentence says it: "rejected", "queue overflow", "expired (TTL)"; a failure reason
+    (for one without a death reason) by its label: "internal error"."""
+    if reason in DEATH_WORDS:
+        return DEATH_WORDS[reason]
     try:
         label = str(FailureReason(reason).label)
     except ValueError:
         return reason  # a reason this version does not know, as stored
     return label[:1].lower() + label[1:]
+
+
+# The key a boomerang is counted under: its death reason, else (none from the broker) its failure reason.
+WHY_IT_DIED = Case(When(death_reason=DeathReason.UNKNOWN, then=F("failure_reason")), default=F("death_reason"))
 
 
 def boomerangs(*, operation: Operation) -> DeadLetterQuerySet:
@@ -120,8 +143,10 @@ def count_came_back(*, operation: Operation) -> CameBack:
     """What came back of this operation's replays, and why (see boomerangs)."""
     if operation.started_at is None:
         return CameBack()
-    rows = boomerangs(operation=operation).order_by().values("failure_reason").annotate(count=Count("pk"))
-    return CameBack({str(row["failure_reason"]): int(row["count"]) for row in rows})
+    rows = (
+        boomerangs(operation=operation).order_by().annotate(why=WHY_IT_DIED).values("why").annotate(count=Count("pk"))
+    )
+    return CameBack({str(row["why"]): int(row["count"]) for row in rows})
 
 
 def count_returned(*, operation: Operation) -> int:

@@ -37,7 +37,7 @@ from dlqconsole.operations import history, planning, purged, services
 from dlqconsole.operations.breaker_views import breaker_context
 from dlqconsole.operations.canary import refresh_came_back
 from dlqconsole.operations.forms import PlanForm
-from dlqconsole.operations.item_sql import CameBack, boomerangs
+from dlqconsole.operations.item_sql import WHY_IT_DIED, CameBack, boomerangs
 from dlqconsole.operations.message_retry import retry_dead_letter
 from dlqconsole.operations.models import (
     ACTIVE_STATUSES,
@@ -362,7 +362,7 @@ def _came_back(operation: Operation) -> list[dict[str, Any]]:
     ids: dict[str, list[int]] = {reason: [] for reason in came_back.reasons}
     if came_back.count and operation.started_at is not None and operation.items_removed_at is None:
         # Unordered: an ORDER BY id with a LIMIT may lead PostgreSQL to walk the whole table in id order.
-        found = boomerangs(operation=operation).order_by().values_list("pk", "failure_reason")
+        found = boomerangs(operation=operation).order_by().annotate(why=WHY_IT_DIED).values_list("pk", "why")
         for pk, reason in sorted(found[: CAME_BACK_LINK_IDS * max(1, len(ids))]):
             if len(ids.setdefault(reason, [])) < CAME_BACK_LINK_IDS:
                 ids[reason].append(pk)

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.utils import timezone
 
-from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason
 from dlqconsole.operations import canary, upkeep
 from dlqconsole.operations.canary import CAME_BACK_WATCH, refresh_came_back
 from dlqconsole.operations.item_sql import CameBack, count_came_back
@@ -74,7 +74,7 @@ def test_a_canary_whose_messages_all_come_back_shows_all_of_them_and_why_after_i
     operation.refresh_from_db()
     assert (operation.status, operation.canary_failed) == (OperationStatus.PAUSED, True)
     assert operation.pause_reason == "canary of 5: 1 came back to a dead-letter queue within 60s (1 queue overflow)"
-    assert (operation.returned, operation.returned_reasons) == (1, {"MAXLEN": 1})
+    assert (operation.returned, operation.returned_reasons) == (1, {"maxlen": 1})
 
     # No worker runs it any more; the other four canary messages die later (their consumer rejects them).
     kill_on_broker(channel, orders, 5)
@@ -93,12 +93,12 @@ def test_a_canary_whose_messages_all_come_back_shows_all_of_them_and_why_after_i
     assert (operation.status, operation.returned, operation.returned_reasons) == (
         OperationStatus.PAUSED,
         5,
-        {"REJECTED": 4, "MAXLEN": 1},
+        {"rejected": 4, "maxlen": 1},
     )
     # Each reason links to the messages page of exactly those boomerangs.
     html = page.content.decode()
-    rejected = re.search(r'href="/messages/\?ids=([0-9,]+)" data-testid="came-back-REJECTED"', html)
-    maxlen = re.search(r'href="/messages/\?ids=([0-9,]+)" data-testid="came-back-MAXLEN"', html)
+    rejected = re.search(r'href="/messages/\?ids=([0-9,]+)" data-testid="came-back-rejected"', html)
+    maxlen = re.search(r'href="/messages/\?ids=([0-9,]+)" data-testid="came-back-maxlen"', html)
     assert rejected is not None and maxlen is not None
     assert sorted(map(int, rejected.group(1).split(","))) == sorted(row.pk for row in boomerangs)
     assert maxlen.group(1) == str(overflowed.pk)
@@ -113,8 +113,8 @@ def test_a_canary_whose_messages_all_come_back_shows_all_of_them_and_why_after_i
     body = api_client(token_for(operator)).get(f"/api/v1/operations/{operation.pk}/").json()
     assert body["progress"]["came_back"] == 5
     assert body["progress"]["came_back_reasons"] == [
-        {"reason": "REJECTED", "label": "rejected", "count": 4},
-        {"reason": "MAXLEN", "label": "queue overflow", "count": 1},
+        {"reason": "rejected", "label": "rejected", "count": 4},
+        {"reason": "maxlen", "label": "queue overflow", "count": 1},
     ]
 
 
@@ -140,11 +140,33 @@ def replayed(count: int, *, status: str, now: dt.datetime) -> tuple[Operation, l
     return operation, letters
 
 
-def come_back(letters: list[DeadLetter], reason: str, *, now: dt.datetime) -> list[DeadLetter]:
-    """Each letter's replay dies again with `reason` and is ingested (linked to it through `previous`)."""
+def come_back(
+    letters: list[DeadLetter], reason: str, *, now: dt.datetime, death: str = DeathReason.UNKNOWN
+) -> list[DeadLetter]:
+    """Each letter's replay dies again with failure reason `reason` (and the broker's death reason `death`) and is
+    ingested (linked to it through `previous`)."""
     return store(
-        *(ParsedDeadLetterFactory.build(replayed_from=letter.pk, failure_reason=reason) for letter in letters), now=now
+        *(
+            ParsedDeadLetterFactory.build(replayed_from=letter.pk, failure_reason=reason, death_reason=death)
+            for letter in letters
+        ),
+        now=now,
     )
+
+
+def test_they_came_back_for_the_brokers_death_reason_not_the_error_they_carry() -> None:
+    """A replay that carries its first failure's error header (classified INTERNAL) and is rejected again came back
+    because it was rejected; one an application published to the dead-letter queue itself has no death reason, and
+    counts by its failure reason."""
+    now = timezone.now()
+    operation, letters = replayed(3, status=OperationStatus.DONE, now=now)
+    come_back(letters[:2], "INTERNAL", now=now, death=DeathReason.REJECTED)
+    come_back(letters[2:], "INTERNAL", now=now)
+
+    assert refresh_came_back(operation=operation, now=now)
+    operation.refresh_from_db()
+    assert operation.returned_reasons == {"rejected": 2, "INTERNAL": 1}
+    assert CameBack.of(operation).words == "2 rejected, 1 internal error"
 
 
 def test_boomerangs_of_a_cancelled_operation_are_counted_with_their_reasons() -> None:
