@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db
 
 QUEUED = dt.datetime(2026, 11, 26, 9, 30, 5, tzinfo=dt.UTC)
 HX = {"HX-Request": "true"}
+HOUR = dt.timedelta(hours=1)
 
 
 @pytest.fixture(autouse=True)
@@ -181,3 +182,19 @@ def test_an_operation_waiting_for_a_circuit_breaker_is_not_waiting_for_a_worker(
         watch = watch_worker(operation)
         assert watch is not None and watch.stale
         assert watch.text.startswith("Waiting for a worker since 09:32:05 (90 s)")
+
+
+def test_waiting_shows_no_time_left_and_what_was_done_so_far(operator: User) -> None:
+    """Waiting for a worker or a breaker, how long is left cannot be told; a resumed operation that did some of its
+    work shows how much, not "not started"."""
+    operation = started(succeeded=4, rate="10/1s")
+    with time_machine.travel(QUEUED + dt.timedelta(seconds=5), tick=False):
+        operation.refresh_from_db()
+        assert operation.eta is None
+        text = shown(client_for(operator).get(f"/operations/{operation.pk}/").content.decode())
+    assert "40% replayed" in text and "not started" not in text and "Time left" not in text
+
+    waiting = started(succeeded=4, rate="10/1s", breaker_wait="circuit open", breaker_wait_until=QUEUED + HOUR)
+    with time_machine.travel(QUEUED + dt.timedelta(seconds=5), tick=False):
+        waiting.refresh_from_db()
+        assert waiting.eta is None
