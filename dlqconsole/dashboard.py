@@ -47,6 +47,8 @@ class Backpressure:
     sampled_at: dt.datetime | None
     thresholds: tuple[int, int, int]
     broker: str = DEFAULT
+    # Whether a shed may take from it: a classic queue (a quorum queue is refused, so no Shed link is offered).
+    sheddable: bool = True
 
 
 @dataclass
@@ -112,6 +114,7 @@ def backpressure(*, broker_ids: list[int] | None = None) -> list[Backpressure]:
                 sampled_at=queue.sampled_at,  # type: ignore[attr-defined]
                 thresholds=(queue.warning_depth, queue.critical_depth, queue.emergency_depth),
                 broker=names.get(queue.broker_id or 0, DEFAULT),
+                sheddable=queue.kind == WatchedQueue.Kind.CLASSIC,
             )
         )
     order = {level: index for index, level in enumerate(reversed(LEVELS))}

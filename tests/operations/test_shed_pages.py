@@ -50,6 +50,16 @@ def test_only_an_admin_sees_the_shed_link_on_the_backpressure_panel(
     assert 'data-testid="shed-link"' not in pages[viewer.username]
 
 
+def test_a_quorum_work_queue_offers_no_shed_link(flooded: str, admin_user: User) -> None:
+    """A shed of a quorum queue is refused (requeues count toward its delivery limit): the panel does not offer it."""
+    WatchedQueue.objects.filter(name=flooded).update(kind=WatchedQueue.Kind.QUORUM)
+
+    page = client_for(admin_user).get("/").content.decode()
+
+    assert flooded in page
+    assert 'data-testid="shed-link"' not in page
+
+
 def test_operators_and_viewers_get_403_on_the_shed_page_and_plan_nothing(
     flooded: str, operator: User, viewer: User
 ) -> None:
