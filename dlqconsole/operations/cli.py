@@ -330,18 +330,25 @@ def write_plan(command: BaseCommand, operation: Operation, *, dry_run: bool = Fa
 
 
 def _confirm(command: BaseCommand, operation: Operation) -> bool:
+    """Ask on the terminal; no answer (no terminal, input closed, Ctrl-C) is a no: the plan is cancelled."""
     verb = operation.get_kind_display().lower()
     if operation.kind == OperationKind.PURGE:
-        answer = input(f"Type 'purge {operation.total}' to delete {operation.total:,} dead letters for good: ")
-        return answer.strip() == f"purge {operation.total}"
-    if operation.kind == OperationKind.SHED:
+        prompt, yes = f"Type 'purge {operation.total}' to delete {operation.total:,} dead letters for good: ", None
+    elif operation.kind == OperationKind.SHED:
         queue = operation.shed_plan.get("queue")
-        answer = input(f"Type 'shed {operation.total}' to scan the {operation.total:,} messages of {queue}: ")
-        return answer.strip() == f"shed {operation.total}"
-    spanned = operation.broker_counts
-    brokers = f" on {len(spanned)} brokers" if len(spanned) > 1 else ""
-    answer = input(f"{verb.capitalize()} {operation.total:,} dead letters{brokers}? [y/N] ")
-    return answer.strip().lower() in ("y", "yes")
+        prompt, yes = f"Type 'shed {operation.total}' to scan the {operation.total:,} messages of {queue}: ", None
+    else:
+        spanned = operation.broker_counts
+        brokers = f" on {len(spanned)} brokers" if len(spanned) > 1 else ""
+        prompt, yes = f"{verb.capitalize()} {operation.total:,} dead letters{brokers}? [y/N] ", ("y", "yes")
+    try:
+        answer = input(prompt).strip()
+    except (EOFError, KeyboardInterrupt):
+        command.stdout.write("\nNo answer (give --yes to run without asking).")
+        return False
+    if yes is None:
+        return answer == f"{operation.kind} {operation.total}"
+    return answer.lower() in yes
 
 
 def progress_line(operation: Operation, *, width: int = 30) -> str:

@@ -62,6 +62,24 @@ def test_purge_asks_for_the_count_typed_out(monkeypatch):
     assert not DeadLetter.objects.exists()
 
 
+@pytest.mark.sqlite
+def test_no_answer_to_the_question_cancels_the_plan_without_a_traceback(monkeypatch):
+    """Input closed (`< /dev/null`, a pipe, a cron job without --yes): the plan is cancelled, nothing is done."""
+    synthetic_dead_letters(queue="orders", count=2)
+
+    def closed(prompt: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", closed)
+
+    output = dlq("purge", "--queue", "orders.dlq", "--inline")
+
+    assert "No answer (give --yes to run without asking)." in output
+    assert "Cancelled operation" in output
+    assert DeadLetter.objects.count() == 2
+    assert Operation.objects.get().status == OperationStatus.CANCELLED
+
+
 def test_retry_hands_the_operation_to_a_worker(channel, queue_name, django_capture_on_commit_callbacks):
     orders = queue_name("orders")
     declare_with_dlq(channel, orders)
