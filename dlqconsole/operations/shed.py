@@ -15,6 +15,7 @@ from urllib.parse import quote
 import requests
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.template.defaultfilters import pluralize
 from pika.exceptions import AMQPError, ChannelClosedByBroker
 
 from dlqconsole.accounts.services import record_audit
@@ -123,9 +124,10 @@ def describe_shed(shed: dict[str, Any], *, rate: str = "") -> str:
         parts.append(f"at most {int(shed['limit']):,}")
     if rate:
         parts.append(f"at {rate}")
+    consumers = int(shed.get("consumers") or 0)
     parts.append(
         f"({shed.get('type', '?')} queue, x-max-priority {shed.get('max_priority') or 'none'}, "
-        f"{int(shed.get('depth') or 0):,} ready, {int(shed.get('consumers') or 0):,} consumers when planned)"
+        f"{int(shed.get('depth') or 0):,} ready, {consumers:,} consumer{pluralize(consumers)} when planned)"
     )
     return " ".join(parts)
 

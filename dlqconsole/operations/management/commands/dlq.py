@@ -15,7 +15,10 @@ from dlqconsole.operations import cli as operations_cli
 
 
 class Command(BaseCommand):
-    help = "Retry, move, archive, restore or purge dead letters; report failure patterns; fingerprint errors."
+    help = (
+        "Retry, move, archive, restore or purge dead letters; shed low-priority messages off a flooded work queue; "
+        "report failure patterns; fingerprint errors."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         subcommands = parser.add_subparsers(dest="subcommand", required=True, parser_class=type(parser))
