@@ -7,7 +7,7 @@ The operations app cannot import this app (they are siblings); the console lends
 A shed message is parsed as any dead letter is (its body, properties and headers stored as they came), then made
 the dead letter of the queue it was taken from: that queue is its source and original queue, through the default
 exchange (x-death, if it carries any from an earlier death, does not decide where a retry sends it), and it has
-no death of its own.
+no death of its own. It never links to a dead letter it was replayed from (it did not come back, it was taken).
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ class ShedStorage:
         letter.first_failed_at = letter.first_failed_at or now
         letter.last_failed_at = now
         letter.parse_errors = [error for error in letter.parse_errors if error not in NOT_A_PROBLEM]
+        # Taken by a person, not dead: a message the console replayed is not a boomerang when it is shed. The
+        # replayed-from header stays among the stored headers, but it links to no previous dead letter and counts
+        # against no circuit breaker (ingest/boomerangs.py).
+        letter.replayed_from = None
         return letter
 
     def store(self, letters: Sequence[ParsedDeadLetter], *, now: dt.datetime) -> list[int]:

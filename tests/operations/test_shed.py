@@ -17,6 +17,7 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers import registry
+from dlqconsole.core.breaker import get_breakers
 from dlqconsole.core.amqp import connect
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureReason
 from dlqconsole.ingest.models import WatchedQueue
@@ -25,7 +26,7 @@ from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import OperationError, change_rate, run_operation, start_operation
 from dlqconsole.operations.shed import plan_shed
 from dlqconsole.operations.shedding import storage
-from tests.support import drain, wait_for_depth, wait_until
+from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth, wait_until
 
 pytestmark = pytest.mark.django_db
 OLD = 1_000_000_000  # 2001
@@ -342,3 +343,33 @@ def test_plan_and_start_leave_audit_rows(channel: Channel, queue_name: Callable[
     )
     assert actions == ["operation.shed.plan", "operation.shed.start", "operation.shed.done"]
     assert operation.kind == OperationKind.SHED and operation.total == 1
+
+
+def test_shedding_messages_the_console_replayed_links_to_no_previous_letter_and_reports_no_boomerang(
+    channel: Channel,
+    queue_name: Callable[[str], str],
+    admin_user: User,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    queue = queue_name("work")
+    declare_with_dlq(channel, queue)
+    for number in range(25):
+        publish(channel, queue, f"m{number}".encode(), message_id=f"m{number}", priority=0)
+    kill_on_broker(channel, queue, 25)
+    ingest_from(channel, f"{queue}.dlq", expect=25)
+    retry = plan_operation(kind=OperationKind.RETRY, filter={"queue": [f"{queue}.dlq"]}, actor=admin_user)
+    start_operation(operation=retry, actor=admin_user)
+    run_operation(operation_id=retry.pk)
+    assert wait_for_depth(channel, queue, 25) == 25
+
+    with django_capture_on_commit_callbacks(execute=True):
+        operation = shed_now(queue, admin_user, priority_below=5)
+
+    assert operation.succeeded == 25
+    shed = DeadLetter.objects.filter(source_queue=queue, failure_reason=FailureReason.SHED)
+    assert shed.count() == 25 and not shed.exclude(previous=None).exists()
+    # The header stays among what was stored: the message is kept as it came.
+    header = settings.DLQ_REPLAYED_FROM_HEADER.lower()
+    assert all(header in {name.lower() for name in headers} for headers in shed.values_list("headers", flat=True))
+    state = get_breakers().peek(f"queue:{queue}")
+    assert state.state == "closed" and "1" not in state.outcomes
