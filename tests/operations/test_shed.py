@@ -17,8 +17,8 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers import registry
-from dlqconsole.core.breaker import get_breakers
 from dlqconsole.core.amqp import connect
+from dlqconsole.core.breaker import get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureReason
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, OperationStatus
