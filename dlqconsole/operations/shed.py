@@ -9,6 +9,7 @@ the console's own queues, the dead-letter queues the console drains, quorum queu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -19,7 +20,7 @@ from pika.exceptions import AMQPError, ChannelClosedByBroker
 
 from dlqconsole.accounts.services import record_audit
 from dlqconsole.brokers import registry
-from dlqconsole.brokers.models import DEFAULT, Broker
+from dlqconsole.brokers.models import DEFAULT, NAME_HELP, NAME_PATTERN, Broker
 from dlqconsole.brokers.secrets import CredentialsError
 from dlqconsole.core import replay_guard
 from dlqconsole.core.amqp import queue_depth
@@ -37,6 +38,8 @@ MAX_PRIORITY = 255
 # The oldest a message may be asked to be: ten years, far beyond any queue's messages.
 MAX_OLDER_THAN = 10 * 365 * 86400
 API_TIMEOUT = (2.0, 5.0)
+# A priority or a limit typed in: far beyond any queue's depth, short enough for int().
+MAX_NUMBER_DIGITS = 18
 QUORUM_REFUSAL = (
     "it is a quorum queue. A shed gives back the messages it keeps with basic.nack(requeue=true), and before "
     "RabbitMQ 4.3 every such return counts toward a quorum queue's delivery limit (x-delivery-limit, 20 by "
@@ -130,9 +133,22 @@ def describe_shed(shed: dict[str, Any], *, rate: str = "") -> str:
     return " ".join(parts)
 
 
+def whole_number(text: str) -> int:
+    """A whole number typed into the shed form or the CLI: ASCII digits only ('٥' is a digit to int(), and should
+    not name 5), at most MAX_NUMBER_DIGITS of them. ValueError otherwise."""
+    text = text.strip()
+    if not text or not (text.isascii() and text.isdigit()) or len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"{text[:20]!r} is not a whole number")
+    return int(text)
+
+
 def _broker(name: str) -> Broker:
+    name = name.strip() or DEFAULT
+    if not re.fullmatch(NAME_PATTERN, name):
+        # Checked before the registry is asked: a name PostgreSQL cannot hold (a NUL) would fail the query.
+        raise OperationError(f"{name[:64]!r} is not a broker name ({NAME_HELP})")
     try:
-        found = registry.get(name.strip() or DEFAULT)
+        found = registry.get(name)
     except registry.UnknownBroker as error:
         raise OperationError(str(error)) from None
     if not found.enabled:
