@@ -25,7 +25,7 @@ from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, O
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import OperationError, change_rate, run_operation, start_operation
 from dlqconsole.operations.shed import plan_shed
-from dlqconsole.operations.shedding import storage
+from dlqconsole.operations.shed_queue import storage
 from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -373,3 +373,45 @@ def test_shedding_messages_the_console_replayed_links_to_no_previous_letter_and_
     assert all(header in {name.lower() for name in headers} for headers in shed.values_list("headers", flat=True))
     state = get_breakers().peek(f"queue:{queue}")
     assert state.state == "closed" and "1" not in state.outcomes
+
+
+def test_a_queue_declared_again_as_quorum_after_the_plan_pauses_the_run_and_takes_nothing(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = priority_queue(channel, queue_name)
+    for number in range(10):
+        publish(channel, queue, f"m{number}".encode(), priority=9 if number % 2 else 0)
+    wait_for_depth(channel, queue, 10)
+    operation = plan_shed(queue=queue, actor=admin_user, priority_below=5)
+    channel.queue_delete(queue)
+    channel.queue_declare(queue=queue, durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 0})
+    for number in range(10):
+        publish(channel, queue, f"m{number}".encode(), priority=9 if number % 2 else 0)
+    wait_for_depth(channel, queue, 10)
+
+    start_operation(operation=operation, actor=admin_user)
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED and "quorum queue" in operation.pause_reason
+    assert AuditEntry.objects.filter(
+        action="operation.pause", target=f"operation:{operation.pk}", detail__contains="quorum queue"
+    ).exists()
+    assert operation.succeeded == 0 and not DeadLetter.objects.exists()
+    assert sorted(body for _, body in drain(channel, queue)) == sorted(f"m{number}".encode() for number in range(10))
+
+
+def test_a_delivery_only_a_quorum_queue_or_a_stream_would_carry_stops_the_scan_and_gives_back_what_it_holds(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = priority_queue(channel, queue_name)
+    publish(channel, queue, b"first", priority=0)
+    publish(channel, queue, b"counted", priority=0, headers={"x-delivery-count": 1})
+    publish(channel, queue, b"last", priority=0)
+    wait_for_depth(channel, queue, 3)
+
+    operation = shed_now(queue, admin_user, priority_below=5)
+
+    assert operation.status == OperationStatus.PAUSED and "x-delivery-count" in operation.pause_reason
+    assert shed_bodies(queue) == [b"first"]
+    assert sorted(body for _, body in drain(channel, queue)) == [b"counted", b"last"]
