@@ -415,3 +415,22 @@ def test_a_delivery_only_a_quorum_queue_or_a_stream_would_carry_stops_the_scan_a
     assert operation.status == OperationStatus.PAUSED and "x-delivery-count" in operation.pause_reason
     assert shed_bodies(queue) == [b"first"]
     assert sorted(body for _, body in drain(channel, queue)) == [b"counted", b"last"]
+
+
+def test_the_dlqs_the_console_drains_are_refused_through_any_broker_entry_on_their_vhost(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User, settings: Any
+) -> None:
+    drained, listed = queue_name("drained.dlq"), queue_name("listed.dlq")
+    for queue in (drained, listed):
+        channel.queue_declare(queue=queue, durable=True)
+        publish(channel, queue, b"dead")
+    WatchedQueue.objects.create(name=queue_name("work"), dead_letter_queue=drained, dead_letter_exchange="x")
+    settings.DLQ_QUEUES = [listed]
+    # A second entry for the default broker's vhost (another host name for the same RabbitMQ).
+    settings.DLQ_BROKERS = {"alias": settings.AMQP_URL.replace("127.0.0.1", "localhost")}
+    registry.forget()
+
+    for queue in (drained, listed):
+        with pytest.raises(OperationError, match="on broker alias: .*dead-letter queue the console drains"):
+            plan_shed(queue=queue, actor=admin_user, priority_below=5, broker="alias")
+    assert not Operation.objects.exists()
