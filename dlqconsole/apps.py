@@ -16,7 +16,7 @@ class ConsoleConfig(AppConfig):
         # Imported here: Django imports this module while it loads the apps, before models may be imported.
         from dlqconsole.ingest.shedding import ShedStorage
         from dlqconsole.metrics import register_collector
-        from dlqconsole.operations.shedding import register_storage
+        from dlqconsole.operations.shed_queue import register_storage
 
         register_collector()
         # A shed (operations) stores what it takes as dead letters the way ingest stores them: lent here, as the

@@ -7,7 +7,7 @@ The operations app cannot import this app (they are siblings); the console lends
 A shed message is parsed as any dead letter is (its body, properties and headers stored as they came), then made
 the dead letter of the queue it was taken from: that queue is its source and original queue, through the default
 exchange (x-death, if it carries any from an earlier death, does not decide where a retry sends it), and it has
-no death of its own.
+no death of its own. It never links to a dead letter it was replayed from (it did not come back, it was taken).
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import Broker
+from dlqconsole.brokers.secrets import CredentialsError
+from dlqconsole.core.replay_guard import vhost_of
 from dlqconsole.deadletters.counters import COUNTED_FIELDS, CountedRow, count_status_change
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, DeathReason, FailureReason
 from dlqconsole.ingest.envelope import ParsedDeadLetter, broker_scope, parse_envelope
@@ -58,6 +61,10 @@ class ShedStorage:
         letter.first_failed_at = letter.first_failed_at or now
         letter.last_failed_at = now
         letter.parse_errors = [error for error in letter.parse_errors if error not in NOT_A_PROBLEM]
+        # Taken by a person, not dead: a message the console replayed is not a boomerang when it is shed. The
+        # replayed-from header stays among the stored headers, but it links to no previous dead letter and counts
+        # against no circuit breaker (ingest/boomerangs.py).
+        letter.replayed_from = None
         return letter
 
     def store(self, letters: Sequence[ParsedDeadLetter], *, now: dt.datetime) -> list[int]:
@@ -88,10 +95,14 @@ class ShedStorage:
         return ids
 
     def drained_queues(self, broker: Broker) -> set[str]:
-        """The dead-letter queues consume_dlq drains on `broker`: every watched queue's DLQ, and DLQ_QUEUES on the
-        broker default."""
-        names = set(WatchedQueue.objects.filter(broker=broker).values_list("dead_letter_queue", flat=True))
-        if broker.is_default:
+        """The dead-letter queues consume_dlq drains on `broker`'s vhost, whichever broker entry it drains them
+        through: every watched queue's DLQ, and DLQ_QUEUES (which consume_dlq reads on the broker default only).
+        Entries on the same vhost name and port count as one vhost (host names are not compared, as replay_guard
+        does not: one broker answers to several names). Not known here: the queues a `consume_dlq --queues` process
+        was given, and the queues anything but the console drains."""
+        entries = [entry for entry in Broker.objects.all() if entry.pk == broker.pk or _same_vhost(entry, broker)]
+        names = set(WatchedQueue.objects.filter(broker__in=entries).values_list("dead_letter_queue", flat=True))
+        if any(entry.is_default for entry in entries):
             names |= set(settings.DLQ_QUEUES)
         return names
 
@@ -101,3 +112,16 @@ class ShedStorage:
         if found is None:
             return None
         return str(found[0]), found[1] if isinstance(found[1], dict) else {}
+
+
+def _vhost(broker: Broker) -> tuple[str, int, str] | None:
+    try:
+        return vhost_of(registry.amqp_url(broker))
+    except CredentialsError:
+        # No URL in this process: nothing can be consumed or shed through it here.
+        return None
+
+
+def _same_vhost(one: Broker, other: Broker) -> bool:
+    found = _vhost(one)
+    return found is not None and found == _vhost(other)

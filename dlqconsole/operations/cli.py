@@ -7,6 +7,7 @@ confirmed first; --dry-run shows the plan and changes nothing; --wait follows th
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from typing import Any
@@ -31,7 +32,7 @@ from dlqconsole.operations.services import (
     run_operation,
     start_operation,
 )
-from dlqconsole.operations.shed import describe_shed, plan_shed
+from dlqconsole.operations.shed import describe_shed, plan_shed, whole_number
 
 # (option, filter field, help); list fields take several values, repeated or comma-separated.
 LIST_FILTERS = (
@@ -113,9 +114,9 @@ def add_shed(subcommands: Any) -> None:
         "dead letters (reason SHED) and giving the others back. Classic queues only. Restore and retry put them back.",
     )
     parser.add_argument("queue", help="the work queue to shed")
-    parser.add_argument("--priority-below", type=int, required=True, metavar="N", help="shed priorities below N")
+    parser.add_argument("--priority-below", type=_whole, required=True, metavar="N", help="shed priorities below N")
     parser.add_argument("--older-than", default=None, metavar="D", help="only messages whose timestamp is older (2h)")
-    parser.add_argument("--limit", type=int, default=None, help="shed at most this many")
+    parser.add_argument("--limit", type=_whole, default=None, help="shed at most this many")
     parser.add_argument("--rate", default="", help="N/period[:burst], e.g. 500/1s; default: no limit")
     parser.add_argument("--broker", default="", metavar="NAME", help="the broker of the queue; default: default")
     parser.add_argument("--dry-run", action="store_true", help="show the plan; take nothing")
@@ -124,6 +125,14 @@ def add_shed(subcommands: Any) -> None:
     parser.add_argument("--inline", action="store_true", help="run it in this process, not a Celery worker")
     parser.add_argument("--user", default="", help="the account to act as (for roles and the audit log)")
     parser.set_defaults(handler=run_shed_command)
+
+
+def _whole(text: str) -> int:
+    """argparse's type for the shed's numbers: ASCII digits only."""
+    try:
+        return whole_number(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def run_shed_command(command: BaseCommand, **options: Any) -> None:

@@ -37,8 +37,8 @@ def shed_plan(request: HtmxHttpRequest) -> HttpResponse:
 
 def _shed_arguments(values: dict[str, str]) -> dict[str, Any]:
     try:
-        priority_below = int(values["priority_below"])
-        limit = int(values["limit"]) if values["limit"] else None
+        priority_below = shed.whole_number(values["priority_below"])
+        limit = shed.whole_number(values["limit"]) if values["limit"] else None
     except ValueError:
         raise services.OperationError("The priority and the limit must be whole numbers.") from None
     try:

@@ -19,8 +19,13 @@ the others back. docs/operations.md ("Shedding a flooded queue") tells the whole
   storing it again (one per item). Any other message, identical ones included, is stored: two identical messages
   in the queue are two dead letters (the second a further occurrence of the first, as ingest keeps them).
 
+- Every run, the first and each after a resume or a hand-over, checks the queue again as the plan did
+  (shed_queue.inspect_queue): a queue declared again as a quorum queue or a stream since, gone, or now drained as a
+  dead-letter queue pauses the operation with the reason, taking nothing. A delivery carrying a header only a
+  quorum queue or a stream adds (x-delivery-count, x-stream-offset) stops the scan the same way.
+
 The operations app cannot import ingest (they are siblings), so the parsing and storing are lent to it when Django
-starts (dlqconsole/apps.py): `register_storage`.
+starts (dlqconsole/apps.py): `shed_queue.register_storage`.
 """
 
 from __future__ import annotations
@@ -30,12 +35,10 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -47,6 +50,7 @@ from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import queue_depth
 from dlqconsole.core.ratelimit import RateLimiter, RateLimiterUnavailable, get_rate_limiter, parse_rate, scoped_key
 from dlqconsole.operations.models import ACTIVE_STATUSES, ItemStatus, Operation, OperationItem, OperationStatus
+from dlqconsole.operations.shed_queue import ShedLetter, ShedRefused, inspect_queue, storage
 
 logger = logging.getLogger(__name__)
 
@@ -57,44 +61,10 @@ SCAN_CONSUMER_PRIORITY = 1000
 STORE_BATCH = 200
 # The longest the scan waits for a delivery between two looks at the operation row (heartbeat, pause, cancel).
 TICK_SECONDS = 0.5
+# Headers only a quorum queue (a redelivery's count) or a stream (the offset) adds to what it delivers.
+NOT_CLASSIC_HEADERS = ("x-delivery-count", "x-stream-offset")
 # AMQP's prefetch count is a short.
 MAX_PREFETCH = 65535
-
-
-class ShedLetter(Protocol):
-    @property
-    def content_hash(self) -> str: ...
-
-    @property
-    def body_truncated(self) -> bool: ...
-
-
-class ShedStorage(Protocol):
-    """What ingest lends a shed (ingest/shedding.py)."""
-
-    def parse(
-        self, *, queue: str, broker: Broker, body: bytes, properties: Any, note: str, now: dt.datetime
-    ) -> ShedLetter: ...
-
-    def store(self, letters: Sequence[Any], *, now: dt.datetime) -> list[int]: ...
-
-    def drained_queues(self, broker: Broker) -> set[str]: ...
-
-    def watched_kind(self, broker: Broker, queue: str) -> tuple[str, dict[str, Any]] | None: ...
-
-
-_storage: ShedStorage | None = None
-
-
-def register_storage(lent: ShedStorage) -> None:
-    global _storage
-    _storage = lent
-
-
-def storage() -> ShedStorage:
-    if _storage is None:
-        raise ImproperlyConfigured("A shed needs the ingest app's storage (dlqconsole.apps.ConsoleConfig lends it).")
-    return _storage
 
 
 def matches(properties: Any, *, priority_below: int, older_than: int | None, now: dt.datetime) -> bool:
@@ -112,6 +82,15 @@ def matches(properties: Any, *, priority_below: int, older_than: int | None, now
     if not isinstance(stamp, int) or isinstance(stamp, bool):
         return False
     return stamp <= now.timestamp() - older_than
+
+
+def _not_classic(properties: Any) -> str:
+    """The header a delivery carries that only a quorum queue (x-delivery-count) or a stream (x-stream-offset) adds;
+    "" when it carries neither."""
+    headers = getattr(properties, "headers", None)
+    if not isinstance(headers, dict):
+        return ""
+    return next((name for name in NOT_CLASSIC_HEADERS if name in headers), "")
 
 
 @dataclass
@@ -137,6 +116,8 @@ class ShedRun:
         self.limiter: RateLimiter | None = None
         self.last_beat = 0.0
         self.rate_text = ""
+        # Why the scan stopped on a message only a quorum queue or a stream delivers ("" while it has not).
+        self.refused = ""
 
     def run(self) -> bool:
         """Scan the queue if no live worker holds the operation; False when it was not ours to run."""
@@ -149,10 +130,18 @@ class ShedRun:
         connection = None
         try:
             broker = registry.get(str(self.plan["broker"]))
+            try:
+                # What the plan refused is refused again now: the queue may be another one since it was planned.
+                inspect_queue(broker, str(self.plan["queue"]), empty_refused=False)
+            except ShedRefused as refused:
+                self._pause(f"not run: {refused}"[:2000])
+                return True
             connection = registry.connect(broker, heartbeat=60)
             self.channel = connection.channel()
             stopped = self._scan(broker)
-            if stopped:
+            if self.refused:
+                self._pause(self.refused[:2000])
+            elif stopped:
                 self._finish(stopped)
         except Exception as error:
             logger.exception("shed %s stopped by an error", self.operation_id)
@@ -203,6 +192,12 @@ class ShedRun:
                         "or the rest of it is with its consumers"
                     )
                     break
+            elif found := _not_classic(properties):
+                self.refused = (
+                    f"stopped: a message of queue {queue!r} carries {found}, which only a quorum queue or a stream "
+                    "adds: a shed runs on classic queues only. The messages it held were given back"
+                )
+                break
             else:
                 idle_since = time.monotonic()
                 self.examined += 1

@@ -18,14 +18,15 @@ from pika.adapters.blocking_connection import BlockingChannel as Channel
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.brokers import registry
 from dlqconsole.core.amqp import connect
+from dlqconsole.core.breaker import get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailureReason
 from dlqconsole.ingest.models import WatchedQueue
 from dlqconsole.operations.models import ItemStatus, Operation, OperationItem, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import OperationError, change_rate, run_operation, start_operation
 from dlqconsole.operations.shed import plan_shed
-from dlqconsole.operations.shedding import storage
-from tests.support import drain, wait_for_depth, wait_until
+from dlqconsole.operations.shed_queue import storage
+from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth, wait_until
 
 pytestmark = pytest.mark.django_db
 OLD = 1_000_000_000  # 2001
@@ -342,3 +343,94 @@ def test_plan_and_start_leave_audit_rows(channel: Channel, queue_name: Callable[
     )
     assert actions == ["operation.shed.plan", "operation.shed.start", "operation.shed.done"]
     assert operation.kind == OperationKind.SHED and operation.total == 1
+
+
+def test_shedding_messages_the_console_replayed_links_to_no_previous_letter_and_reports_no_boomerang(
+    channel: Channel,
+    queue_name: Callable[[str], str],
+    admin_user: User,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    queue = queue_name("work")
+    declare_with_dlq(channel, queue)
+    for number in range(25):
+        publish(channel, queue, f"m{number}".encode(), message_id=f"m{number}", priority=0)
+    kill_on_broker(channel, queue, 25)
+    ingest_from(channel, f"{queue}.dlq", expect=25)
+    retry = plan_operation(kind=OperationKind.RETRY, filter={"queue": [f"{queue}.dlq"]}, actor=admin_user)
+    start_operation(operation=retry, actor=admin_user)
+    run_operation(operation_id=retry.pk)
+    assert wait_for_depth(channel, queue, 25) == 25
+
+    with django_capture_on_commit_callbacks(execute=True):
+        operation = shed_now(queue, admin_user, priority_below=5)
+
+    assert operation.succeeded == 25
+    shed = DeadLetter.objects.filter(source_queue=queue, failure_reason=FailureReason.SHED)
+    assert shed.count() == 25 and not shed.exclude(previous=None).exists()
+    # The header stays among what was stored: the message is kept as it came.
+    header = settings.DLQ_REPLAYED_FROM_HEADER.lower()
+    assert all(header in {name.lower() for name in headers} for headers in shed.values_list("headers", flat=True))
+    state = get_breakers().peek(f"queue:{queue}")
+    assert state.state == "closed" and "1" not in state.outcomes
+
+
+def test_a_queue_declared_again_as_quorum_after_the_plan_pauses_the_run_and_takes_nothing(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = priority_queue(channel, queue_name)
+    for number in range(10):
+        publish(channel, queue, f"m{number}".encode(), priority=9 if number % 2 else 0)
+    wait_for_depth(channel, queue, 10)
+    operation = plan_shed(queue=queue, actor=admin_user, priority_below=5)
+    channel.queue_delete(queue)
+    channel.queue_declare(queue=queue, durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 0})
+    for number in range(10):
+        publish(channel, queue, f"m{number}".encode(), priority=9 if number % 2 else 0)
+    wait_for_depth(channel, queue, 10)
+
+    start_operation(operation=operation, actor=admin_user)
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert operation.status == OperationStatus.PAUSED and "quorum queue" in operation.pause_reason
+    assert AuditEntry.objects.filter(
+        action="operation.pause", target=f"operation:{operation.pk}", detail__contains="quorum queue"
+    ).exists()
+    assert operation.succeeded == 0 and not DeadLetter.objects.exists()
+    assert sorted(body for _, body in drain(channel, queue)) == sorted(f"m{number}".encode() for number in range(10))
+
+
+def test_a_delivery_only_a_quorum_queue_or_a_stream_would_carry_stops_the_scan_and_gives_back_what_it_holds(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User
+) -> None:
+    queue = priority_queue(channel, queue_name)
+    publish(channel, queue, b"first", priority=0)
+    publish(channel, queue, b"counted", priority=0, headers={"x-delivery-count": 1})
+    publish(channel, queue, b"last", priority=0)
+    wait_for_depth(channel, queue, 3)
+
+    operation = shed_now(queue, admin_user, priority_below=5)
+
+    assert operation.status == OperationStatus.PAUSED and "x-delivery-count" in operation.pause_reason
+    assert shed_bodies(queue) == [b"first"]
+    assert sorted(body for _, body in drain(channel, queue)) == [b"counted", b"last"]
+
+
+def test_the_dlqs_the_console_drains_are_refused_through_any_broker_entry_on_their_vhost(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User, settings: Any
+) -> None:
+    drained, listed = queue_name("drained.dlq"), queue_name("listed.dlq")
+    for queue in (drained, listed):
+        channel.queue_declare(queue=queue, durable=True)
+        publish(channel, queue, b"dead")
+    WatchedQueue.objects.create(name=queue_name("work"), dead_letter_queue=drained, dead_letter_exchange="x")
+    settings.DLQ_QUEUES = [listed]
+    # A second entry for the default broker's vhost (another host name for the same RabbitMQ).
+    settings.DLQ_BROKERS = {"alias": settings.AMQP_URL.replace("127.0.0.1", "localhost")}
+    registry.forget()
+
+    for queue in (drained, listed):
+        with pytest.raises(OperationError, match="on broker alias: .*dead-letter queue the console drains"):
+            plan_shed(queue=queue, actor=admin_user, priority_below=5, broker="alias")
+    assert not Operation.objects.exists()

@@ -207,3 +207,42 @@ def test_a_hostile_queue_name_is_shown_escaped(
     assert "&lt;img src=x onerror=alert(1)&gt;" in detail
     for page in (dashboard, detail, listed):
         assert "<img src=x" not in page
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"priority_below": "٥"},
+        {"priority_below": "5", "limit": "٣"},
+        {"priority_below": "²"},
+        {"priority_below": "5", "limit": "9" * 5000},
+    ],
+)
+def test_the_shed_page_takes_only_ascii_whole_numbers(flooded: str, admin_user: User, fields: dict[str, str]) -> None:
+    response = client_for(admin_user).post("/operations/shed/", {"queue": flooded, **fields})
+
+    assert response.status_code == 400 and "whole numbers" in response.content.decode()
+    assert not Operation.objects.exists()
+
+
+def test_a_broker_name_that_is_not_one_is_refused_on_the_page_and_in_the_cli(flooded: str, admin_user: User) -> None:
+    for broker in ("\x00", "x" * 5000, "a b"):
+        response = client_for(admin_user).post(
+            "/operations/shed/", {"queue": flooded, "priority_below": "5", "broker": broker}
+        )
+        assert response.status_code == 400 and "is not a broker name" in response.content.decode()
+    with pytest.raises(CommandError, match="is not a broker name"):
+        call_command(
+            "dlq", "shed", flooded, "--priority-below", "5", "--broker", "\x00", "--yes", "--user", "ada-admin"
+        )
+    assert not Operation.objects.exists()
+
+
+def test_the_cli_takes_only_ascii_whole_numbers(flooded: str, admin_user: User) -> None:
+    with pytest.raises(CommandError, match="--priority-below"):
+        call_command("dlq", "shed", flooded, "--priority-below", "٥", "--yes", "--user", admin_user.username)
+    with pytest.raises(CommandError, match="--limit"):
+        call_command(
+            "dlq", "shed", flooded, "--priority-below", "5", "--limit", "٣", "--yes", "--user", admin_user.username
+        )
+    assert not Operation.objects.exists()
