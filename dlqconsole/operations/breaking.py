@@ -17,9 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Hashable
 
+from django.db.models import F
 from django.utils import timezone
 
 from dlqconsole.core.breaker import (
+    CLOSED,
     CONFIRM,
     HALF_OPEN,
     NACK,
@@ -31,7 +33,7 @@ from dlqconsole.core.breaker import (
 from dlqconsole.core.publish import CONFIRMED, NACKED, Message, Outcome
 from dlqconsole.operations.breakers import epoch_time, waiting_text
 from dlqconsole.operations.destinations import Destination
-from dlqconsole.operations.models import ACTIVE_STATUSES, Operation
+from dlqconsole.operations.models import Operation
 from dlqconsole.operations.pipeline import HELD, Claimed
 from dlqconsole.operations.run_state import RunState
 
@@ -135,11 +137,9 @@ class BreakerSteps(RunState):
 
     def _wait_for_breakers(self) -> bool:
         """Everything else is done and items wait for breakers: go again if one lets messages go now; else wait for
-        the first to probe (the task schedules itself again and stops here; --inline sleeps). An operation whose
-        replays came back too often pauses itself first: that needs a person, not a wait."""
+        the first to probe (the task schedules itself again and stops here; --inline sleeps). Replays that came back
+        meanwhile do not pause it: the breaker is what guards their destination (see _breaker_guards)."""
         self._settle()
-        if self._returned_too_often():
-            return True
         waiting = dict(self.breaker_held)
         states: dict[str, BreakerState] = {}
         try:
@@ -169,16 +169,24 @@ class BreakerSteps(RunState):
             return True
         while (left := until - time.time()) > 0:
             time.sleep(min(left, TICK_SECONDS))
-            if not self._heartbeat() or self._returned_too_often(force=False):
+            if not self._heartbeat():
                 return True
         self._go_on()
         return True
 
-    def _returned_too_often(self, *, force: bool = True) -> bool:
-        """Look for returns (canary.py), which pauses the operation when too many came back; True when it paused."""
-        self._check_returns(force=force)
-        status = Operation.objects.filter(pk=self.operation_id).values_list("status", flat=True).first()
-        return status not in ACTIVE_STATUSES
+    def _breaker_guards(self) -> bool:
+        """Whether a circuit breaker guards what this run publishes now: it holds items back, or the breaker of a
+        destination it published to is not closed. Then too many replays coming back is the breaker's to handle
+        (the run waits for its probe and goes on by itself), not a pause that waits for a person."""
+        if self.breaker_held or self.blocked:
+            return True
+        try:
+            return any(
+                self.breakers.peek(key, config=self.thresholds.for_key(key)).state != CLOSED
+                for key in list(self.destination_of_key)
+            )
+        except BreakerUnavailable:
+            return False
 
     def _go_on(self) -> None:
         """Read every item passed over again."""
@@ -187,7 +195,14 @@ class BreakerSteps(RunState):
         with self.cursor_lock:
             self.cursor = 0
             self.look_for_in_flight = True
-        Operation.objects.filter(pk=self.operation_id).update(breaker_wait="", breaker_wait_until=None)
+        # What came back while the breaker was open belongs to that episode: the share that pauses the operation
+        # starts again from here, as after a resume.
+        Operation.objects.filter(pk=self.operation_id).update(
+            breaker_wait="",
+            breaker_wait_until=None,
+            returned_baseline=F("returned"),
+            succeeded_baseline=F("succeeded"),
+        )
 
     def _claimable_after(self, now: dt.datetime) -> dt.datetime:
         """A run started (by a continuation) before this waits for breakers still: a stray, not ours."""

@@ -87,6 +87,8 @@ class CanarySteps(RunState):
             and operation.status == OperationStatus.RUNNING
             and published >= RETURN_SHARE_MIN_SAMPLE
             and fresh > operation.max_return_share * published
+            # An open breaker guards the destination: the run waits for its probe and goes on by itself.
+            and not self._breaker_guards()
         ):
             self._pause(
                 f"{fresh} of {published} replayed messages came back to a dead-letter queue "

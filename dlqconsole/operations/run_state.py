@@ -108,6 +108,10 @@ class RunState:
         """Whether a destination's breaker holds its items back now (breaking.py)."""
         raise NotImplementedError
 
+    def _breaker_guards(self) -> bool:
+        """Whether a circuit breaker guards what this run publishes now (breaking.py)."""
+        raise NotImplementedError
+
     def _settle(self) -> None:
         """Wait for everything in flight (runner.py)."""
         raise NotImplementedError

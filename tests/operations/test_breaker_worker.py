@@ -128,8 +128,8 @@ def test_a_failing_destination_opens_its_breaker_for_everyone_and_the_probe_clos
         thread.start()
     worker.wait_until_ready()
 
-    # Two operations and a retry policy replay into the queue at once. (The operations are told to go on however
-    # many come back, as a policy's are: the breaker is what guards the destination here.)
+    # Two operations and a retry policy replay into the queue at once, the operations with the default share of
+    # returns that pauses one: while the breaker guards the destination, it waits for the probe instead.
     operations = [
         start_operation(
             operation=plan_operation(
@@ -137,7 +137,6 @@ def test_a_failing_destination_opens_its_breaker_for_everyone_and_the_probe_clos
                 filter={"ids": [letter.pk for letter in part]},
                 actor=operator,
                 rate="10/1s",
-                max_return_share=1.0,
             ),
             actor=operator,
         )
