@@ -50,6 +50,7 @@ from dlqconsole.brokers.models import Broker
 from dlqconsole.core.amqp import queue_depth
 from dlqconsole.core.ratelimit import RateLimiter, RateLimiterUnavailable, get_rate_limiter, parse_rate, scoped_key
 from dlqconsole.operations.models import ACTIVE_STATUSES, ItemStatus, Operation, OperationItem, OperationStatus
+from dlqconsole.operations.pacing import Pacer
 from dlqconsole.operations.shed_queue import ShedLetter, ShedRefused, inspect_queue, storage
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ STORE_BATCH = 200
 TICK_SECONDS = 0.5
 # Headers only a quorum queue (a redelivery's count) or a stream (the offset) adds to what it delivers.
 NOT_CLASSIC_HEADERS = ("x-delivery-count", "x-stream-offset")
+# A wait for the rate at least this long stores what is waiting first (shorter ones, between two messages of a
+# steady rate, would store batches of one).
+STORE_BEFORE_WAIT_SECONDS = 0.5
 # AMQP's prefetch count is a short.
 MAX_PREFETCH = 65535
 
@@ -114,6 +118,8 @@ class ShedRun:
         self.pending: list[Delivery] = []
         self.channel: Any = None
         self.limiter: RateLimiter | None = None
+        self.pacer: Pacer | None = None
+        self.pacer_text = ""
         self.last_beat = 0.0
         self.rate_text = ""
         # Why the scan stopped on a message only a quorum queue or a stream delivers ("" while it has not).
@@ -247,24 +253,28 @@ class ShedRun:
         self.channel.basic_qos(prefetch_count=0)
 
     def _wait_for_rate(self, broker: Broker, note: str) -> bool:
-        """Wait, keeping the heartbeat, until the rate lets one more message be shed; False when the operation was
-        paused or cancelled meanwhile. What is waiting to be stored is stored first, so it is not held unacked."""
+        """Wait until the rate lets one more message be shed, keeping the heartbeat; False when the operation was
+        paused or cancelled meanwhile. The pacer reserves the tokens due shortly in one round trip (as a replay's
+        does), so a message costs no call to the limiter of its own; before a longer wait, what is waiting to be
+        stored is stored, so it is not held unacked."""
         if not self.rate_text:
             return True
-        rate = parse_rate(self.rate_text)
-        if self.limiter is None:
-            self.limiter = get_rate_limiter()
+        if self.pacer is None or self.pacer_text != self.rate_text:
+            if self.limiter is None:
+                self.limiter = get_rate_limiter()
+            self.pacer, self.pacer_text = Pacer(self.limiter, parse_rate(self.rate_text)), self.rate_text
         key = scoped_key(f"shed:{self.plan['queue']}", broker="" if broker.is_default else broker.name)
         while True:
             try:
-                wait = self.limiter.try_acquire(key, rate)
+                wait = self.pacer.delay_for(key)
             except RateLimiterUnavailable:
                 wait = 1.0
             if wait <= 0:
                 return True
-            self._store_pending(broker, note)
+            if wait >= STORE_BEFORE_WAIT_SECONDS:
+                self._store_pending(broker, note)
             time.sleep(min(wait, 1.0))
-            if not self._heartbeat():
+            if time.monotonic() - self.last_beat >= 1.0 and not self._heartbeat():
                 return False
 
     # Storing ------------------------------------------------------------------------------------------------

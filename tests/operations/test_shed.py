@@ -26,6 +26,7 @@ from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import OperationError, change_rate, run_operation, start_operation
 from dlqconsole.operations.shed import plan_shed
 from dlqconsole.operations.shed_queue import storage
+from dlqconsole.operations.shedding import ShedRun
 from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -241,6 +242,36 @@ def test_a_rate_paces_the_shed_and_can_be_changed(
 
     operation.refresh_from_db()
     assert (operation.status, operation.succeeded, operation.rate) == (OperationStatus.DONE, 3, "2000/1s")
+
+
+def test_a_steady_rate_stores_in_batches_not_one_message_at_a_time(
+    channel: Channel, queue_name: Callable[[str], str], admin_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pacer reserves the tokens due shortly at once: between two messages of a steady rate the scan neither
+    asks the limiter nor stores a batch of one (which cost a commit, acks and a round trip per message and held a
+    shed far below its rate)."""
+    queue = priority_queue(channel, queue_name)
+    for number in range(300):
+        publish(channel, queue, f"low {number}".encode(), priority=0)
+    wait_for_depth(channel, queue, 300)
+    stores: list[int] = []
+    real_store = ShedRun._store_pending
+
+    def counted(self: ShedRun, broker: Any, note: str) -> None:
+        if self.pending:
+            stores.append(len(self.pending))
+        real_store(self, broker, note)
+
+    monkeypatch.setattr(ShedRun, "_store_pending", counted)
+    operation = plan_shed(queue=queue, actor=admin_user, priority_below=5, rate="1000/1s")
+    start_operation(operation=operation, actor=admin_user)
+
+    run_operation(operation_id=operation.pk)
+
+    operation.refresh_from_db()
+    assert (operation.status, operation.succeeded) == (OperationStatus.DONE, 300)
+    assert sum(stores) == 300
+    assert len(stores) <= 10, stores
 
 
 def test_limit_caps_how_many_are_shed(channel: Channel, queue_name: Callable[[str], str], admin_user: User) -> None:
