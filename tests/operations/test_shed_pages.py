@@ -89,6 +89,7 @@ def test_an_admin_plans_a_shed_and_starts_it_only_with_the_depth_typed(
     page = " ".join(strict.get(f"/operations/{operation.pk}/").content.decode().split())
     assert f"/operations/shed/?queue={flooded}" in page
     assert 'data-testid="typed-count"' in page and "5 ready, 0 consumers; classic queue, x-max-priority 10" in page
+    assert "Start: scan 5 messages, shed the matching ones" in page
     wrong = strict.post(f"/operations/{operation.pk}/start/", {"typed_count": "4", "csrfmiddlewaretoken": token})
     assert wrong.status_code == 409 and "Nothing was shed" in wrong.content.decode()
     operation.refresh_from_db()
