@@ -64,6 +64,8 @@ RING_AT_LEAST = 100
 MAX_REASON = 500
 # Closed state is kept this many windows after its last outcome, then expires (an idle breaker needs no state).
 CLOSED_TTL_WINDOWS = 2
+# An open or half-open state nothing changes is kept at least this long.
+OPEN_TTL_AT_LEAST = 300
 
 
 @dataclass(frozen=True)
@@ -374,13 +376,14 @@ def _stored_config(state: BreakerState) -> BreakerConfig:
         return BreakerConfig.from_settings()
 
 
-def _ttl(state: BreakerState) -> int | None:
-    """Seconds to keep a state: a closed one expires after a quiet while; an open or half-open one stays."""
-    if state.state != CLOSED:
-        return None
-    window = state.config.get("window")
-    seconds = float(window) if isinstance(window, int | float) else BreakerConfig.window
-    return max(60, int(seconds * CLOSED_TTL_WINDOWS))
+def _ttl(state: BreakerState) -> int:
+    """Seconds to keep a state: a closed one a quiet while (CLOSED_TTL_WINDOWS windows); an open or half-open one its
+    cool-down, watch and window after its last change (at least OPEN_TTL_AT_LEAST), so a breaker nothing replays
+    into any more (a half-open one no probe ever closes) goes away instead of staying forever."""
+    config = _stored_config(state)
+    if state.state == CLOSED:
+        return max(60, int(config.window * CLOSED_TTL_WINDOWS))
+    return max(OPEN_TTL_AT_LEAST, int(config.cooldown + config.watch + config.window))
 
 
 class RedisBreakers(Breakers):

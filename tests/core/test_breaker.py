@@ -233,15 +233,20 @@ def test_the_states_are_listed_by_key(breakers: Breakers) -> None:
     assert breakers.keys() == ["broker:staging:queue:orders", "queue:orders"]
 
 
-def test_a_closed_state_expires_from_redis_while_an_open_one_stays(
+def test_every_state_expires_from_redis_an_abandoned_open_one_after_its_cooldown_watch_and_window(
     redis_breakers: Callable[[], RedisBreakers],
 ) -> None:
     breakers = redis_breakers()
     breakers.record("queue:quiet", events(CONFIRM), config=CONFIG, now=T)
     open_breaker(breakers, "queue:failing")
+    open_breaker(breakers, "queue:probing")
+    breakers.allow("queue:probing", 1, config=CONFIG, now=T + 30)
 
     assert 0 < breakers.client.ttl(breakers.prefix + "state:queue:quiet") <= 2 * CONFIG.window
-    assert breakers.client.ttl(breakers.prefix + "state:queue:failing") == -1
+    kept = CONFIG.cooldown + CONFIG.watch + CONFIG.window
+    assert kept - 5 < breakers.client.ttl(breakers.prefix + "state:queue:failing") <= kept
+    assert breakers.peek("queue:probing", config=CONFIG, now=T + 30).state == HALF_OPEN
+    assert kept - 5 < breakers.client.ttl(breakers.prefix + "state:queue:probing") <= kept
 
 
 def test_an_unreadable_state_starts_closed(redis_breakers: Callable[[], RedisBreakers]) -> None:
