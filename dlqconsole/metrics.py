@@ -117,7 +117,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dlq_breaker_state": (
         "gauge",
         "Circuit breaker of a replay destination: 0 closed, 1 half-open (probing), 2 open. The destination is its key:"
-        " queue:NAME or exchange:NAME/ROUTING_KEY, prefixed broker:NAME: off the default broker.",
+        " queue:NAME or exchange:NAME/ROUTING_KEY (% and / in NAME written %25 and %2F), prefixed broker:NAME: off"
+        " the default broker.",
         ("destination",),
     ),
     "dlq_breakers_not_shown": (

@@ -40,7 +40,7 @@ from typing import Any
 
 import redis
 
-from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, redis_client, scoped_key
+from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, exchange_key, redis_client, scoped_key
 
 logger = logging.getLogger(__name__)
 
@@ -498,7 +498,7 @@ def destination_key(*, exchange: str, routing_keys: list[Any], queue: str, broke
     keys = [str(key) for key in routing_keys or [] if key is not None]
     if keys:
         queue = queue or (keys[0] if not exchange else "")
-        key = f"queue:{queue}" if queue else f"exchange:{exchange}/{keys[0]}"
+        key = f"queue:{queue}" if queue else exchange_key(exchange, keys[0])
     elif queue:
         key = f"queue:{queue}"
     else:

@@ -28,6 +28,7 @@ from dlqconsole.core.breaker import (
     BreakerUnavailable,
     get_breakers,
 )
+from dlqconsole.core.ratelimit import exchange_of_key
 from dlqconsole.operations.destinations import Destination, on_broker
 
 logger = logging.getLogger(__name__)
@@ -175,8 +176,8 @@ def describe_key(key: str) -> str:
     broker, queue = split_key(key)
     if queue:
         return on_broker(broker, f"queue {queue}")
-    name = key.split("exchange:", 1)[-1]
-    return on_broker(broker, f"exchange {name.replace('/', ' / ', 1)}")
+    exchange, routing_key = exchange_of_key(key.split("exchange:", 1)[-1])
+    return on_broker(broker, f"exchange {exchange} / {routing_key}")
 
 
 def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = None) -> list[BreakerView]:

@@ -30,7 +30,8 @@ from dlqconsole.ingest import boomerangs
 from dlqconsole.ingest.envelope import parse_envelope
 from dlqconsole.ingest.services import ingest_batch
 from dlqconsole.operations import run_state
-from dlqconsole.operations.destinations import retry_destination
+from dlqconsole.operations.breakers import describe_key
+from dlqconsole.operations.destinations import Destination, retry_destination
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import close_breaker, run_operation, start_operation
@@ -333,3 +334,20 @@ def test_a_boomerang_counts_once_and_only_against_where_its_origin_was_replayed(
     assert get_breakers().peek(f"queue:{orders}").outcomes == "1"
     # Once it has come back, a further claim to be its return is not counted.
     assert boomerangs._report(forged_boomerangs(origin=origins[0].pk, queue=orders, count=1, source="c.dlq")) == 0
+
+
+def test_an_exchange_with_a_slash_and_its_routing_key_are_one_destination_key():
+    split_early = Destination(exchange="a", routing_key="b/c")
+    split_late = Destination(exchange="a/b", routing_key="c")
+    odd = Destination(exchange="a%2Fb", routing_key="c", broker="staging")
+
+    assert len({split_early.limit_key, split_late.limit_key, odd.limit_key}) == 3
+    for destination in (split_early, split_late, odd):
+        assert describe_key(destination.limit_key) == str(destination)
+        key = destination_key(
+            exchange=destination.exchange,
+            routing_keys=[destination.routing_key],
+            queue="",
+            broker="" if destination.broker == "default" else destination.broker,
+        )
+        assert key == destination.limit_key
