@@ -152,8 +152,8 @@ class BreakerState:
 @dataclass(frozen=True)
 class Event:
     kind: str
-    # A boomerang's replay (epoch seconds): in half-open, only a boomerang of a replay sent since the breaker went
-    # half-open opens it again (one of unknown replay time does not).
+    # A boomerang's replay (epoch seconds; None: just now, its record not landed yet): in half-open, a boomerang of a
+    # replay sent before the breaker went half-open does not open it again.
     replayed_at: float | None = None
     reason: str = ""
 
@@ -247,7 +247,7 @@ def _record_half_open(state: BreakerState, event: Event, *, now: float, config: 
         state.probe_out -= 1
         state.probe_left += 1
     elif event.kind == NACK or (
-        event.kind == BOOMERANG and event.replayed_at is not None and event.replayed_at >= state.half_open_at
+        event.kind == BOOMERANG and (event.replayed_at is None or event.replayed_at >= state.half_open_at)
     ):
         state.last_failure = event.reason[:MAX_REASON]
         _open(state, now=now, config=config, why=f"a probe {'was refused' if event.kind == NACK else 'came back'}")

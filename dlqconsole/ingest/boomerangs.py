@@ -64,6 +64,7 @@ def _report(linked: list[ParsedDeadLetter]) -> int:
             "original_routing_keys",
             "original_queue",
             "returned",
+            "source_queue",
         )
     }
     now = timezone.now().timestamp()
@@ -76,7 +77,12 @@ def _report(linked: list[ParsedDeadLetter]) -> int:
         key, replayed_at = _origin_key(origin, now=now)
         # The boomerang of a replay to a destination dies there, on the origin's broker: a letter that names
         # another destination, or an origin that came back before, is not this replay's return.
-        if not key or letter.broker_id != origin[3] or _destination_key(letter, broker=_scope(origin[4])) != key:
+        if (
+            not key
+            or letter.broker_id != origin[3]
+            or letter.source_queue != origin[9]
+            or _destination_key(letter, broker=_scope(origin[4])) != key
+        ):
             continue
         if origin[8] != sum(1 for other in linked if other.replayed_from == origin[0]):
             continue
@@ -89,16 +95,21 @@ def _report(linked: list[ParsedDeadLetter]) -> int:
     return sum(len(reported) for reported in events.values())
 
 
-def _origin_key(origin: tuple[Any, ...], *, now: float) -> tuple[str, float]:
-    """The breaker key of where `origin` was replayed and when, or ("", 0) when its return does not count: it was
-    not replayed (a forged link), not within the window, or moved (where a move went is not kept on the dead
-    letter)."""
-    _pk, status, changed_at, _broker_id, broker_name, exchange, routing_keys, queue, _returned = origin
-    if status != DeadLetterStatus.REPLAYED or changed_at is None:
-        return "", 0.0
-    replayed_at = changed_at.timestamp()
-    if not 0 <= now - replayed_at <= settings.DLQ_BREAKER_WINDOW_SECONDS:
-        return "", 0.0
+def _origin_key(origin: tuple[Any, ...], *, now: float) -> tuple[str, float | None]:
+    """The breaker key of where `origin` was replayed and when (None: just now), or ("", None) when its return does
+    not count: replayed before the window, moved (where a move went is not kept on the dead letter), or in a state
+    no replay leaves. An origin still waiting (parked, scheduled, failed) counts as replayed just now: a replay's
+    dead letter keeps its status while its message is in flight, and a boomerang can be stored before the record
+    of its confirm; _report takes such a return only from the origin's own dead-letter queue, where a replay that
+    died again lands, so naming a dead letter from another queue's messages counts for nothing."""
+    _pk, status, changed_at, _broker_id, broker_name, exchange, routing_keys, queue, _returned, _source = origin
+    replayed_at: float | None = None
+    if status == DeadLetterStatus.REPLAYED and changed_at is not None:
+        replayed_at = changed_at.timestamp()
+        if not 0 <= now - replayed_at <= settings.DLQ_BREAKER_WINDOW_SECONDS:
+            return "", None
+    elif status not in (DeadLetterStatus.PARKED, DeadLetterStatus.SCHEDULED, DeadLetterStatus.FAILED):
+        return "", None
     keys = routing_keys if isinstance(routing_keys, list) else []
     return destination_key(exchange=exchange, routing_keys=keys, queue=queue, broker=_scope(broker_name)), replayed_at
 

@@ -336,6 +336,30 @@ def test_a_boomerang_counts_once_and_only_against_where_its_origin_was_replayed(
     assert boomerangs._report(forged_boomerangs(origin=origins[0].pk, queue=orders, count=1, source="c.dlq")) == 0
 
 
+def test_a_return_stored_before_the_record_of_its_replay_counts_only_from_its_own_dead_letter_queue(
+    queue_name, django_capture_on_commit_callbacks
+):
+    """A replayed dead letter keeps its status while its message is in flight, and a fast consumer's return can be
+    stored before the record of the confirm: it counts as a return of a replay sent just now, when it comes back to
+    the origin's own DLQ; naming a waiting dead letter from another queue's messages counts for nothing."""
+    orders = queue_name("orders")
+    (origin,) = parked(1, queue=orders + ".dlq")
+    DeadLetter.objects.filter(pk=origin.pk).update(
+        original_queue=orders, original_exchange="", original_routing_keys=[orders]
+    )
+
+    elsewhere = forged_boomerangs(origin=origin.pk, queue=orders, count=3, source="attacker.dlq")
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=elsewhere)
+    assert get_breakers().peek(f"queue:{orders}").outcomes == ""
+
+    DeadLetter.objects.filter(previous=origin).delete()
+    (home,) = forged_boomerangs(origin=origin.pk, queue=orders, count=1, source=orders + ".dlq")
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=[home])
+    assert get_breakers().peek(f"queue:{orders}").outcomes == "1"
+
+
 def test_an_exchange_with_a_slash_and_its_routing_key_are_one_destination_key():
     split_early = Destination(exchange="a", routing_key="b/c")
     split_late = Destination(exchange="a/b", routing_key="c")
