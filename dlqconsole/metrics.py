@@ -45,14 +45,14 @@ from dlqconsole.deadletters.models import (
     PatternStatus,
 )
 from dlqconsole.ingest.models import IngestStat, QueueSample, WatchedQueue
-from dlqconsole.operations.breakers import BreakerSetting, breaker_views
+from dlqconsole.operations.breakers import BreakerSetting, breaker_views, ranked
 from dlqconsole.operations.models import FINISHED_STATUSES, Operation
 
 logger = logging.getLogger(__name__)
 
 OTHER = "other"
 MAX_OPERATIONS = 20
-# Breakers labelled at most (open ones first).
+# Breakers labelled at most (those waited for or set in the admin first, then open ones).
 MAX_BREAKERS = 200
 
 # A queue: (broker id, queue name). Every series labelled by queue is labelled by its broker too, so that the same
@@ -117,8 +117,15 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "dlq_breaker_state": (
         "gauge",
         "Circuit breaker of a replay destination: 0 closed, 1 half-open (probing), 2 open. The destination is its key:"
-        " queue:NAME or exchange:NAME/ROUTING_KEY, prefixed broker:NAME: off the default broker.",
+        " queue:NAME or exchange:NAME/ROUTING_KEY (% and / in NAME written %25 and %2F), prefixed broker:NAME: off"
+        " the default broker.",
         ("destination",),
+    ),
+    "dlq_breakers_not_shown": (
+        "gauge",
+        "Circuit breakers with a state left out of dlq_breaker_state (it labels at most 200: those operations wait for"
+        " or set in the admin first).",
+        (),
     ),
     "dlq_alerts": ("gauge", "Open alerts of the console's rules, by severity and status.", ("severity", "status")),
     "dlq_alert_evaluation_timestamp_seconds": ("gauge", "When the alert rules were last evaluated.", ()),
@@ -320,9 +327,10 @@ def _breakers(families: Families) -> None:
     for key in configured:
         if key not in views:
             views.update({view.key: view for view in breaker_views([key])})
-    shown = sorted(views.values(), key=lambda view: (view.is_closed, view.key))[:MAX_BREAKERS]
+    shown, left_out = ranked(list(views.values()), limit=MAX_BREAKERS)
     for view in shown:
         families.add("dlq_breaker_state", STATE_VALUES.get(view.state.state, 0), view.key)
+    families.add("dlq_breakers_not_shown", left_out)
 
 
 def _alerts(families: Families) -> None:

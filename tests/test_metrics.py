@@ -21,7 +21,7 @@ from dlqconsole.brokers.models import Broker
 from dlqconsole.core.breaker import NACK, BreakerConfig, Event, get_breakers
 from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus, FailurePattern, PatternStatus
 from dlqconsole.ingest.models import QueueSample, WatchedQueue
-from dlqconsole.metrics import DeadLetterCollector, register_collector
+from dlqconsole.metrics import MAX_BREAKERS, DeadLetterCollector, register_collector
 from dlqconsole.operations.breakers import BreakerSetting
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from tests.alerts.conftest import settle
@@ -356,3 +356,20 @@ def test_breaker_states_by_destination(client: Client) -> None:
 
     assert samples[("dlq_breaker_state", (("destination", f"queue:{name}"),))] == 2
     assert samples[("dlq_breaker_state", (("destination", f"queue:{name}-quiet"),))] == 0
+
+
+def test_forged_breakers_do_not_push_the_awaited_and_configured_ones_out(client: Client) -> None:
+    breakers = get_breakers()
+    config = BreakerConfig.from_settings()
+    for number in range(MAX_BREAKERS + 5):
+        breakers.record(f"queue:!forged-{number:03d}", [Event(NACK)] * config.failures, config=config)
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    breakers.record(f"queue:{name}", [Event(NACK)] * config.failures, config=config)
+    BreakerSetting.objects.create(queue=f"{name}-set")
+
+    samples = scrape(client)
+
+    assert samples[("dlq_breaker_state", (("destination", f"queue:{name}-set"),))] == 0
+    shown = [key for metric, key in samples if metric == "dlq_breaker_state"]
+    assert len(shown) == MAX_BREAKERS
+    assert samples[("dlq_breakers_not_shown", ())] == MAX_BREAKERS + 5 + 2 - MAX_BREAKERS

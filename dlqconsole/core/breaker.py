@@ -40,7 +40,7 @@ from typing import Any
 
 import redis
 
-from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, redis_client, scoped_key
+from dlqconsole.core.ratelimit import UNAVAILABLE_ERRORS, exchange_key, redis_client, scoped_key
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ RING_AT_LEAST = 100
 MAX_REASON = 500
 # Closed state is kept this many windows after its last outcome, then expires (an idle breaker needs no state).
 CLOSED_TTL_WINDOWS = 2
+# An open or half-open state nothing changes is kept at least this long.
+OPEN_TTL_AT_LEAST = 300
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,8 @@ class BreakerState:
 @dataclass(frozen=True)
 class Event:
     kind: str
-    # A boomerang's replay (epoch seconds), when known: in half-open, a boomerang of a replay sent before the breaker
-    # went half-open does not open it again.
+    # A boomerang's replay (epoch seconds; None: just now, its record not landed yet): in half-open, a boomerang of a
+    # replay sent before the breaker went half-open does not open it again.
     replayed_at: float | None = None
     reason: str = ""
 
@@ -374,13 +376,14 @@ def _stored_config(state: BreakerState) -> BreakerConfig:
         return BreakerConfig.from_settings()
 
 
-def _ttl(state: BreakerState) -> int | None:
-    """Seconds to keep a state: a closed one expires after a quiet while; an open or half-open one stays."""
-    if state.state != CLOSED:
-        return None
-    window = state.config.get("window")
-    seconds = float(window) if isinstance(window, int | float) else BreakerConfig.window
-    return max(60, int(seconds * CLOSED_TTL_WINDOWS))
+def _ttl(state: BreakerState) -> int:
+    """Seconds to keep a state: a closed one a quiet while (CLOSED_TTL_WINDOWS windows); an open or half-open one its
+    cool-down, watch and window after its last change (at least OPEN_TTL_AT_LEAST), so a breaker nothing replays
+    into any more (a half-open one no probe ever closes) goes away instead of staying forever."""
+    config = _stored_config(state)
+    if state.state == CLOSED:
+        return max(60, int(config.window * CLOSED_TTL_WINDOWS))
+    return max(OPEN_TTL_AT_LEAST, int(config.cooldown + config.watch + config.window))
 
 
 class RedisBreakers(Breakers):
@@ -495,7 +498,7 @@ def destination_key(*, exchange: str, routing_keys: list[Any], queue: str, broke
     keys = [str(key) for key in routing_keys or [] if key is not None]
     if keys:
         queue = queue or (keys[0] if not exchange else "")
-        key = f"queue:{queue}" if queue else f"exchange:{exchange}/{keys[0]}"
+        key = f"queue:{queue}" if queue else exchange_key(exchange, keys[0])
     elif queue:
         key = f"queue:{queue}"
     else:

@@ -355,6 +355,20 @@ def scoped_key(key: str, *, broker: str = "") -> str:
     return f"broker:{broker}:{key}" if broker else key
 
 
+def exchange_key(exchange: str, routing_key: str) -> str:
+    """The destination key of an exchange and routing key: `exchange:<exchange>/<routing key>`, with "%" and "/" in
+    the exchange written %25 and %2F, so that the first "/" is the separator and exchange "a/b" with key "c" is not
+    exchange "a" with key "b/c"."""
+    escaped = exchange.replace("%", "%25").replace("/", "%2F")
+    return f"exchange:{escaped}/{routing_key}"
+
+
+def exchange_of_key(text: str) -> tuple[str, str]:
+    """(exchange, routing key) of what follows "exchange:" in a key made by `exchange_key`."""
+    escaped, _, routing_key = text.partition("/")
+    return escaped.replace("%2F", "/").replace("%25", "%"), routing_key
+
+
 def get_rate_limiter() -> RateLimiter:
     """The process's limiter: shared through settings.REDIS_URL, or in process when it is unset."""
     from django.conf import settings

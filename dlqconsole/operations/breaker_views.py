@@ -13,16 +13,19 @@ from django.views.decorators.http import require_POST
 from dlqconsole.accounts.roles import ADMIN, has_role, require_role
 from dlqconsole.core.views import safe_next
 from dlqconsole.operations import services
-from dlqconsole.operations.breakers import breaker_views, describe_key
+from dlqconsole.operations.breakers import breaker_views, describe_key, ranked
 
 # A breaker key is a destination (a queue or an exchange and routing key, each at most 255) and a broker name.
 MAX_KEY = 600
+# Breakers a page lists at most (those waited for or set in the admin first).
+MAX_LISTED = 50
 
 
 def breaker_context(request: HttpRequest) -> dict[str, Any]:
-    """The breakers that are not closed (open first), for `operations/_breakers.html`."""
-    shown = sorted((view for view in breaker_views() if not view.is_closed), key=lambda view: (view.label, view.key))
-    return {"breakers": shown, "can_close_breakers": has_role(request.user, ADMIN)}
+    """The breakers that are not closed (those waited for or set in the admin first, at most MAX_LISTED), for
+    `operations/_breakers.html`."""
+    shown, left_out = ranked([view for view in breaker_views() if not view.is_closed], limit=MAX_LISTED)
+    return {"breakers": shown, "breakers_not_shown": left_out, "can_close_breakers": has_role(request.user, ADMIN)}
 
 
 @require_POST

@@ -28,6 +28,7 @@ from dlqconsole.core.breaker import (
     BreakerUnavailable,
     get_breakers,
 )
+from dlqconsole.core.ratelimit import exchange_of_key
 from dlqconsole.operations.destinations import Destination, on_broker
 
 logger = logging.getLogger(__name__)
@@ -175,8 +176,8 @@ def describe_key(key: str) -> str:
     broker, queue = split_key(key)
     if queue:
         return on_broker(broker, f"queue {queue}")
-    name = key.split("exchange:", 1)[-1]
-    return on_broker(broker, f"exchange {name.replace('/', ' / ', 1)}")
+    exchange, routing_key = exchange_of_key(key.split("exchange:", 1)[-1])
+    return on_broker(broker, f"exchange {exchange} / {routing_key}")
 
 
 def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = None) -> list[BreakerView]:
@@ -194,6 +195,32 @@ def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = 
         logger.warning("cannot read the circuit breakers: %s", error)
         return []
     return views
+
+
+def wanted_keys(views: list[BreakerView]) -> set[str]:
+    """The keys among `views` someone needs to see: destinations an operation is waiting for and those set in the
+    admin (a breaker any publisher of a dead letter can make, through a forged boomerang, must not hide them)."""
+    from dlqconsole.operations.models import Operation
+
+    configured = {row.destination.limit_key for row in BreakerSetting.objects.select_related("broker")}
+    waits = list(Operation.objects.filter(breaker_wait_until__isnull=False).values_list("breaker_wait", flat=True))
+    waited = {
+        view.key
+        for view in views
+        if any(f"for {view.destination}," in text or f"for {view.destination}:" in text for text in waits)
+    }
+    return configured | waited
+
+
+def ranked(views: list[BreakerView], *, limit: int) -> tuple[list[BreakerView], int]:
+    """At most `limit` of `views`, not closed before closed, by key; when they do not all fit, those waited for or set
+    in the admin first (only then are those looked up); and how many were left out."""
+    order = sorted(views, key=lambda view: (view.is_closed, view.key))
+    if len(order) <= limit:
+        return order, 0
+    wanted = wanted_keys(views)
+    order.sort(key=lambda view: view.key not in wanted)
+    return order[:limit], len(order) - limit
 
 
 def queue_breaker(*, broker: str, queue: str) -> BreakerView | None:

@@ -16,7 +16,7 @@ from dlqconsole.brokers import registry
 from dlqconsole.brokers.models import DEFAULT, Broker
 from dlqconsole.core import jsonsafe, replay_guard
 from dlqconsole.core.amqp import PROPERTY_NAMES, connect, is_death_header
-from dlqconsole.core.ratelimit import scoped_key
+from dlqconsole.core.ratelimit import exchange_key, scoped_key
 
 
 def on_broker(name: str, text: str) -> str:
@@ -43,7 +43,7 @@ class Destination:
     @property
     def limit_key(self) -> str:
         """The shared rate limit's bucket: the destination queue (else the exchange and key) on its broker."""
-        key = f"queue:{self.queue}" if self.queue else f"exchange:{self.exchange}/{self.routing_key}"
+        key = f"queue:{self.queue}" if self.queue else exchange_key(self.exchange, self.routing_key)
         return scoped_key(key, broker="" if self.broker == DEFAULT else self.broker)
 
     @property

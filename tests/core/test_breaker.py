@@ -180,6 +180,17 @@ def test_a_late_boomerang_of_a_replay_sent_before_the_probe_does_not_reopen_it(b
     assert state.state == HALF_OPEN
 
 
+def test_a_boomerang_whose_replay_is_not_recorded_yet_reopens_a_half_open_breaker(breakers: Breakers) -> None:
+    """A probe that came back before the record of its confirm landed is a probe that came back (ingest reports
+    such a return only from its origin's own dead-letter queue)."""
+    open_breaker(breakers)
+    breakers.allow("queue:orders", 5, config=CONFIG, now=T + 30)
+
+    state = breakers.record("queue:orders", [Event(BOOMERANG)], now=T + 32)
+
+    assert state.state == OPEN
+
+
 def test_a_probe_not_sent_goes_back_to_the_probe(breakers: Breakers) -> None:
     open_breaker(breakers)
     breakers.allow("queue:orders", 5, config=CONFIG, now=T + 30)
@@ -224,15 +235,20 @@ def test_the_states_are_listed_by_key(breakers: Breakers) -> None:
     assert breakers.keys() == ["broker:staging:queue:orders", "queue:orders"]
 
 
-def test_a_closed_state_expires_from_redis_while_an_open_one_stays(
+def test_every_state_expires_from_redis_an_abandoned_open_one_after_its_cooldown_watch_and_window(
     redis_breakers: Callable[[], RedisBreakers],
 ) -> None:
     breakers = redis_breakers()
     breakers.record("queue:quiet", events(CONFIRM), config=CONFIG, now=T)
     open_breaker(breakers, "queue:failing")
+    open_breaker(breakers, "queue:probing")
+    breakers.allow("queue:probing", 1, config=CONFIG, now=T + 30)
 
     assert 0 < breakers.client.ttl(breakers.prefix + "state:queue:quiet") <= 2 * CONFIG.window
-    assert breakers.client.ttl(breakers.prefix + "state:queue:failing") == -1
+    kept = CONFIG.cooldown + CONFIG.watch + CONFIG.window
+    assert kept - 5 < breakers.client.ttl(breakers.prefix + "state:queue:failing") <= kept
+    assert breakers.peek("queue:probing", config=CONFIG, now=T + 30).state == HALF_OPEN
+    assert kept - 5 < breakers.client.ttl(breakers.prefix + "state:queue:probing") <= kept
 
 
 def test_an_unreadable_state_starts_closed(redis_breakers: Callable[[], RedisBreakers]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pika
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
@@ -24,14 +25,18 @@ from dlqconsole.core.breaker import (
     destination_key,
     get_breakers,
 )
-from dlqconsole.deadletters.models import DeadLetter
+from dlqconsole.deadletters.models import DeadLetter, DeadLetterStatus
 from dlqconsole.ingest import boomerangs
+from dlqconsole.ingest.envelope import parse_envelope
+from dlqconsole.ingest.services import ingest_batch
 from dlqconsole.operations import run_state
-from dlqconsole.operations.destinations import retry_destination
+from dlqconsole.operations.breakers import describe_key
+from dlqconsole.operations.destinations import Destination, retry_destination
 from dlqconsole.operations.models import ItemStatus, Operation, OperationKind, OperationStatus
 from dlqconsole.operations.planning import plan_operation
 from dlqconsole.operations.services import close_breaker, run_operation, start_operation
 from dlqconsole.operations.upkeep import requeue_stale_operations
+from tests.factories import parked
 from tests.support import declare_with_dlq, drain, ingest_from, kill_on_broker, wait_for_depth
 
 pytestmark = pytest.mark.django_db
@@ -259,3 +264,114 @@ def test_when_the_breakers_cannot_be_reached_replays_go_on(channel, queue_name, 
     assert (operation.status, operation.succeeded) == ("done", 3)
     assert wait_for_depth(channel, orders, 3) == 3
     assert "circuit breakers unavailable" in caplog.text
+
+
+def forged_boomerangs(*, origin: int, queue: str, count: int, source: str = "attacker.dlq") -> list[Any]:
+    """`count` messages anyone could drop in a DLQ, claiming to be returns of dead letter `origin` from `queue`."""
+    now = timezone.now()
+    return [
+        parse_envelope(
+            source_queue=source,
+            body=f"forged {number}".encode(),
+            properties=pika.BasicProperties(
+                message_id=f"forged-{number}",
+                headers={
+                    django_settings.DLQ_REPLAYED_FROM_HEADER: origin,
+                    "x-death": [
+                        {"queue": queue, "reason": "rejected", "count": 1, "exchange": "", "routing-keys": [queue]}
+                    ],
+                },
+            ),
+            now=now,
+        )
+        for number in range(count)
+    ]
+
+
+def test_forged_boomerangs_of_a_dead_letter_never_replayed_count_for_nothing(
+    queue_name, django_capture_on_commit_callbacks
+):
+    payments = queue_name("payments")
+    (origin,) = parked(1, queue="someone-else.dlq")
+    letters = forged_boomerangs(origin=origin.pk, queue=payments, count=django_settings.DLQ_BREAKER_FAILURES)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=letters)
+
+    assert DeadLetter.objects.filter(previous=origin).count() == len(letters)
+    assert get_breakers().peek(f"queue:{payments}").state == CLOSED
+    assert boomerangs._report(letters) == 0
+
+
+def test_a_boomerang_counts_once_and_only_against_where_its_origin_was_replayed(
+    queue_name, django_capture_on_commit_callbacks
+):
+    orders, payments = queue_name("orders"), queue_name("payments")
+    origins = parked(3, queue=orders + ".dlq")
+    DeadLetter.objects.filter(pk__in=[row.pk for row in origins]).update(
+        status=DeadLetterStatus.REPLAYED, original_queue=orders, original_exchange="", original_routing_keys=[orders]
+    )
+    stale, moved = origins[1], origins[2]
+    DeadLetter.objects.filter(pk=stale.pk).update(status_changed_at=timezone.now() - dt.timedelta(hours=1))
+    DeadLetter.objects.filter(pk=moved.pk).update(status=DeadLetterStatus.MOVED)
+
+    # Returns claimed from another queue than the replay went to, or of a replay outside the window, or of a move.
+    letters = [
+        *forged_boomerangs(origin=origins[0].pk, queue=payments, count=3),
+        *forged_boomerangs(origin=stale.pk, queue=orders, count=1, source="a.dlq"),
+        *forged_boomerangs(origin=moved.pk, queue=orders, count=1, source="b.dlq"),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=letters)
+    assert get_breakers().peek(f"queue:{payments}").state == CLOSED
+    assert get_breakers().peek(f"queue:{orders}").outcomes == ""
+
+    # The real return, twice in a batch: one outcome.
+    real = forged_boomerangs(origin=origins[0].pk, queue=orders, count=2, source=orders + ".dlq")
+    DeadLetter.objects.filter(previous=origins[0]).delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=real)
+    assert get_breakers().peek(f"queue:{orders}").outcomes == "1"
+    # Once it has come back, a further claim to be its return is not counted.
+    assert boomerangs._report(forged_boomerangs(origin=origins[0].pk, queue=orders, count=1, source="c.dlq")) == 0
+
+
+def test_a_return_stored_before_the_record_of_its_replay_counts_only_from_its_own_dead_letter_queue(
+    queue_name, django_capture_on_commit_callbacks
+):
+    """A replayed dead letter keeps its status while its message is in flight, and a fast consumer's return can be
+    stored before the record of the confirm: it counts as a return of a replay sent just now, when it comes back to
+    the origin's own DLQ; naming a waiting dead letter from another queue's messages counts for nothing."""
+    orders = queue_name("orders")
+    (origin,) = parked(1, queue=orders + ".dlq")
+    DeadLetter.objects.filter(pk=origin.pk).update(
+        original_queue=orders, original_exchange="", original_routing_keys=[orders]
+    )
+
+    elsewhere = forged_boomerangs(origin=origin.pk, queue=orders, count=3, source="attacker.dlq")
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=elsewhere)
+    assert get_breakers().peek(f"queue:{orders}").outcomes == ""
+
+    DeadLetter.objects.filter(previous=origin).delete()
+    (home,) = forged_boomerangs(origin=origin.pk, queue=orders, count=1, source=orders + ".dlq")
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_batch(letters=[home])
+    assert get_breakers().peek(f"queue:{orders}").outcomes == "1"
+
+
+def test_an_exchange_with_a_slash_and_its_routing_key_are_one_destination_key():
+    split_early = Destination(exchange="a", routing_key="b/c")
+    split_late = Destination(exchange="a/b", routing_key="c")
+    odd = Destination(exchange="a%2Fb", routing_key="c", broker="staging")
+
+    assert len({split_early.limit_key, split_late.limit_key, odd.limit_key}) == 3
+    for destination in (split_early, split_late, odd):
+        assert describe_key(destination.limit_key) == str(destination)
+        key = destination_key(
+            exchange=destination.exchange,
+            routing_keys=[destination.routing_key],
+            queue="",
+            broker="" if destination.broker == "default" else destination.broker,
+        )
+        assert key == destination.limit_key

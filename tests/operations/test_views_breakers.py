@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from dlqconsole.accounts.models import AuditEntry
 from dlqconsole.core.breaker import CLOSED, NACK, OPEN, BreakerConfig, Event, get_breakers
+from dlqconsole.operations.breaker_views import MAX_LISTED
 from dlqconsole.operations.breakers import BreakerSetting
 from dlqconsole.operations.models import Operation, OperationKind, OperationStatus
 from tests.conftest import client_for
@@ -76,6 +77,29 @@ def test_open_breakers_are_listed_and_only_an_admin_may_close_one(
 
     html = client_for(admin_user).get("/operations/").content.decode()
     assert "Close by hand" in html and f'value="{open_key}"' in html
+
+
+def test_the_breaker_an_operation_waits_for_is_listed_before_forged_ones(
+    viewer: User, operator: User, open_key: str
+) -> None:
+    config = BreakerConfig.from_settings()
+    for number in range(MAX_LISTED + 3):
+        get_breakers().record(f"queue:!forged-{number:03d}", [Event(NACK)] * config.failures, config=config)
+    name = open_key.removeprefix("queue:")
+    Operation.objects.create(
+        kind=OperationKind.RETRY,
+        status=OperationStatus.RUNNING,
+        created_by=operator,
+        total=10,
+        breaker_wait=f"circuit open for queue {name}, probing at 07:45:10 UTC",
+        breaker_wait_until=timezone.now(),
+    )
+
+    html = client_for(viewer).get("/operations/").content.decode()
+
+    assert f"queue {name}: 20 failures in a row" in html
+    assert html.count('data-testid="breaker"') == MAX_LISTED
+    assert "4 more not closed, not shown" in html
 
 
 def test_an_admin_closes_a_breaker_by_hand_audited(admin_user: User, open_key: str) -> None:
