@@ -30,6 +30,7 @@ from dlqconsole.deadletters.models import (
     DeadLetterCount,
     DeadLetterStatus,
     FailurePattern,
+    FailureReason,
     PatternEvent,
     PatternOrigin,
     PatternStatus,
@@ -105,9 +106,11 @@ class Facts:
 
     @cached_property
     def counts(self) -> dict[tuple[int, str, str], int]:
-        """{(broker id, queue, status): dead letters}, leaving out ignored patterns (they never alert)."""
+        """{(broker id, queue, status): dead letters}, leaving out ignored patterns (they never alert) and shed
+        messages (a person took them off a flooded work queue on purpose: no failure, nothing to page anyone for)."""
         rows = (
             DeadLetterCount.objects.exclude(pattern__status=PatternStatus.IGNORED)
+            .exclude(failure_reason=FailureReason.SHED)
             .values_list("broker_id", "source_queue", "status")
             .annotate(total=Sum("count"))
             .order_by()

@@ -130,6 +130,32 @@ def test_growth_fires_above_the_rate_and_resolves_when_it_slows() -> None:
     assert Alert.objects.get(rule=growth).status == AlertStatus.RESOLVED
 
 
+def test_shed_dead_letters_are_no_growth() -> None:
+    """Shed messages are taken off a flooded work queue on purpose: they page no one."""
+    growth = rule("dlq_growth", threshold=100, window_seconds=60, severity="critical")
+    start = timezone.now()
+    parked(5, queue="orders")
+    evaluate_rules(now=start)
+
+    parked(150, queue="orders", reason="SHED")
+    evaluate_rules(now=start + dt.timedelta(seconds=30))
+    assert open_alerts(growth) == {}
+
+    parked(150, queue="orders")
+    evaluate_rules(now=start + dt.timedelta(seconds=60))
+    assert open_alerts(growth)["queue:orders"].value == 150
+
+
+def test_shed_dead_letters_waiting_are_no_dead_letters_waiting() -> None:
+    """Restored and waiting for their retry, shed messages still page no one."""
+    waiting = rule("dlq_not_empty", threshold=0)
+    parked(3, queue="orders", reason="SHED")
+
+    evaluate_rules(now=timezone.now())
+
+    assert open_alerts(waiting) == {}
+
+
 def test_growth_ignores_dead_letters_that_only_moved_from_broker_to_database() -> None:
     WatchedQueue.objects.create(name="orders", dead_letter_queue="orders.dlq", dead_letter_exchange="orders.dlx")
     growth = rule("dlq_growth", threshold=100, window_seconds=60)
