@@ -183,6 +183,7 @@ def test_a_failing_destination_opens_its_breaker_for_everyone_and_the_probe_clos
     for operation in refreshed(operations):
         assert (operation.succeeded, operation.failed, operation.skipped) == (20, 0, 0)
         assert (operation.breaker_wait, operation.breaker_wait_until) == ("", None)
+        assert operation.last_error == ""  # waiting for a breaker is no error, and leaves none behind
     boomerangs = DeadLetter.objects.filter(source_queue=orders + ".dlq", previous__isnull=False)
     assert wait_until(lambda: boomerangs.count() == consumer.rejected, timeout=10)
 
