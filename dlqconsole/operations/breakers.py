@@ -200,6 +200,7 @@ def breaker_views(keys: list[str] | None = None, *, breakers: Breakers | None = 
 def wanted_keys(views: list[BreakerView]) -> set[str]:
     """The keys among `views` someone needs to see: destinations an operation is waiting for and those set in the
     admin (a breaker any publisher of a dead letter can make, through a forged boomerang, must not hide them)."""
+    # Imported here: operations/models.py imports this module (BreakerSetting lives here) at its end.
     from dlqconsole.operations.models import Operation
 
     configured = {row.destination.limit_key for row in BreakerSetting.objects.select_related("broker")}

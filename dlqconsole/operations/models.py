@@ -345,10 +345,10 @@ class Operation(models.Model):
         """Time left: what is left of the canary's wait while it is watched, plus the rest of the messages at the
         rate limit when there is one (the pace so far would count pauses), else at the pace so far (not counting
         the canary's wait). None when nothing runs or there is no pace yet, and while it waits for a circuit
-        breaker or for a worker: how long that lasts is not known."""
+        breaker: how long that lasts is not known. (Its page shows none while it waits for a worker either.)"""
         if self.status not in ACTIVE_STATUSES or self.started_at is None:
             return None
-        if self.waiting_for_breaker or self.waiting_for_worker_since is not None:
+        if self.waiting_for_breaker:
             return None
         now = timezone.now()
         wait = dt.timedelta(0)
